@@ -1,0 +1,133 @@
+"""Keyword-argument plumbing and argument validation shared by every layer.
+
+The tutorial builds every object from one dict, `Transformer(**kargs)`,
+`Encoder(**kargs)`, `MultiHeadAttention(**kargs)`, ... so each class must accept
+the whole dict and ignore the keys it does not use. Anything else that is not a
+Keras base-layer argument is a typo and raises `TypeError`.
+"""
+
+import numbers
+
+# The tutorial's `kargs` keys plus this package's model options.
+CONFIG_KEYS = frozenset(
+    {
+        "model_name",
+        "num_layers",
+        "d_model",
+        "num_heads",
+        "dff",
+        "input_vocab_size",
+        "target_vocab_size",
+        "maximum_position_encoding",
+        "end_token_idx",
+        "rate",
+        "norm_first",
+        "activation",
+        "position_encoding",
+        "share_embeddings",
+        "pad_token_idx",
+        "start_token_idx",
+    }
+)
+
+# Arguments that `keras.layers.Layer.__init__` understands.
+_KERAS_LAYER_KEYS = frozenset(
+    {"name", "dtype", "trainable", "autocast", "activity_regularizer"}
+)
+
+
+def layer_kwargs(cls_name: str, kwargs: dict) -> dict:
+    """Drops config keys the class does not use; rejects unknown keys.
+
+    Args:
+        cls_name: str. The class being built, for the error message.
+        kwargs: dict. The keyword arguments left over after the class took its own.
+
+    Returns:
+        The keyword arguments to forward to `keras.layers.Layer.__init__`.
+
+    Raises:
+        TypeError: a key is neither a config key nor a Keras layer argument.
+    """
+    unknown = sorted(set(kwargs) - CONFIG_KEYS - _KERAS_LAYER_KEYS)
+    if unknown:
+        raise TypeError(
+            f"{cls_name} got unexpected keyword argument(s) {unknown}. "
+            f"Expected the tutorial's config keys {sorted(CONFIG_KEYS)} or "
+            f"Keras layer arguments {sorted(_KERAS_LAYER_KEYS)}."
+        )
+    return {k: v for k, v in kwargs.items() if k in _KERAS_LAYER_KEYS}
+
+
+def check_positive_int(name: str, value) -> int:
+    """Returns `value` if it is a positive integer, else raises `ValueError`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value <= 0
+    ):
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected a "
+            f"positive integer. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def check_non_negative_int(name: str, value) -> int:
+    """Returns `value` if it is an integer >= 0, else raises `ValueError`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < 0
+    ):
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected an "
+            f"integer >= 0. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def check_rate(name: str, value) -> float:
+    """Returns `value` if it is a float in [0, 1), else raises `ValueError`."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0.0 <= value < 1.0
+    ):
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected a "
+            f"float in [0, 1). Received: {name}={value!r}"
+        )
+    return float(value)
+
+
+def check_choice(name: str, value, choices) -> str:
+    """Returns `value` if it is one of `choices`, else raises `ValueError`."""
+    if value not in choices:
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected one of "
+            f"{sorted(choices)}. Received: {name}={value!r}"
+        )
+    return value
+
+
+def check_divisible(d_model: int, num_heads: int) -> None:
+    """Raises `ValueError` unless `d_model` splits evenly into `num_heads`."""
+    if d_model % num_heads:
+        raise ValueError(
+            "Received an invalid value for argument `d_model`, expected a "
+            "multiple of `num_heads` so that every head gets "
+            f"d_model / num_heads dimensions. Received: d_model={d_model}, "
+            f"num_heads={num_heads}"
+        )
+
+
+def check_token_idx(name: str, value, vocab_size: int) -> int:
+    """Returns `value` if it is a valid id in a vocabulary of `vocab_size`."""
+    value = check_non_negative_int(name, value)
+    if value >= vocab_size:
+        raise ValueError(
+            f"Received an invalid value for argument `{name}`, expected an id "
+            f"below the vocabulary size {vocab_size}. Received: {name}={value}"
+        )
+    return value

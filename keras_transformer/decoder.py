@@ -1,0 +1,345 @@
+"""The decoder: `DecoderLayer` and the stack of them, `Decoder`.
+
+Each layer: masked self-attention (block 1), attention over the encoder output
+(block 2), feed-forward; residuals and LayerNorm as in `encoder.py`.
+
+For fast autoregressive decoding both take a `cache`: the encoder keys and
+values are projected once per source, and the self-attention keys and values
+of every generated position are written into a preallocated buffer of
+`max_length` positions, so each step costs O(length) instead of re-running the
+decoder over the whole prefix.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import _config
+from keras_transformer._embedding import EmbeddingStack
+from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.encoder import _layer_norm
+from keras_transformer.feed_forward import point_wise_feed_forward_network
+from keras_transformer.masking import create_look_ahead_mask, create_padding_mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(keras.layers.Layer):
+    """Masked self-attention, encoder-decoder attention and a feed-forward net.
+
+    Args:
+        d_model: int. Model width.
+        num_heads: int. Attention heads; must divide `d_model`.
+        dff: int. Inner width of the feed-forward network.
+        rate: float in [0, 1). Dropout rate. Defaults to `0.1`.
+        norm_first: bool. Pre-LN instead of post-LN. Defaults to `False`.
+        activation: str. `"relu"` or `"gelu"`. Defaults to `"relu"`.
+        **kwargs: other keys of the tutorial's `kargs` (ignored) and Keras
+            layer arguments.
+
+    Call arguments:
+        x: tensor `(B, T, d_model)`.
+        enc_output: tensor `(B, S, d_model)`. Ignored when `cache` is given.
+        look_ahead_mask: float tensor broadcastable to `(B, heads, T, T)`
+            (`(B, heads, 1, L)` when decoding with a cache), 1 = do not attend.
+        padding_mask: float tensor broadcastable to `(B, heads, T, S)`.
+        training: bool. Dropout is active only when `True`.
+        cache: dict `{"self": {"key", "value"}, "cross": {"key", "value"}}`
+            from `Decoder.init_cache`, or `None`.
+        cache_index: scalar int tensor. Position of `x` (`T == 1`) when
+            decoding with `cache`.
+
+    Returns:
+        `(out (B, T, d_model), weights_block1 (B, heads, T, T),
+        weights_block2 (B, heads, T, S))`; with a `cache`, also the updated
+        cache.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        dff,
+        rate=0.1,
+        norm_first=False,
+        activation="relu",
+        **kwargs,
+    ):
+        super().__init__(**_config.layer_kwargs("DecoderLayer", kwargs))
+        self.d_model = _config.check_positive_int("d_model", d_model)
+        self.num_heads = _config.check_positive_int("num_heads", num_heads)
+        self.dff = _config.check_positive_int("dff", dff)
+        self.rate = _config.check_rate("rate", rate)
+        self.norm_first = bool(norm_first)
+        self.activation = activation
+
+        policy = self.dtype_policy
+        self.mha1 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha1")
+        self.mha2 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha2")
+        self.ffn = point_wise_feed_forward_network(
+            d_model, dff, activation, dtype=policy, name="ffn"
+        )
+        self.layernorm1 = _layer_norm(policy, "layernorm1")
+        self.layernorm2 = _layer_norm(policy, "layernorm2")
+        self.layernorm3 = _layer_norm(policy, "layernorm3")
+        self.dropout1 = keras.layers.Dropout(rate, dtype=policy, name="dropout1")
+        self.dropout2 = keras.layers.Dropout(rate, dtype=policy, name="dropout2")
+        self.dropout3 = keras.layers.Dropout(rate, dtype=policy, name="dropout3")
+
+    def build(self, input_shape):
+        for layer in (self.mha1, self.mha2, self.ffn, self.layernorm1, self.layernorm2,
+                      self.layernorm3):
+            layer.build(input_shape)
+
+    def call(
+        self,
+        x,
+        enc_output,
+        look_ahead_mask,
+        padding_mask,
+        training=None,
+        cache=None,
+        cache_index=None,
+    ):
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache, cross_cache = cache["self"], cache["cross"]
+
+        # Masked self-attention block.
+        residual = x
+        if self.norm_first:
+            x = self.layernorm1(x)
+        outputs = self.mha1(
+            x, x, x, look_ahead_mask, cache=self_cache, cache_index=cache_index
+        )
+        attn1, weights_block1 = outputs[:2]  # (B, T, d_model), (B, H, T, T or L)
+        x = residual + self.dropout1(attn1, training=training)
+        if not self.norm_first:
+            x = self.layernorm1(x)
+
+        # Encoder-decoder attention block: queries from the decoder.
+        residual = x
+        if self.norm_first:
+            x = self.layernorm2(x)
+        attn2, weights_block2 = self.mha2(
+            enc_output, enc_output, x, padding_mask, cache=cross_cache
+        )[:2]  # (B, T, d_model), (B, H, T, S)
+        x = residual + self.dropout2(attn2, training=training)
+        if not self.norm_first:
+            x = self.layernorm2(x)
+
+        # Feed-forward block.
+        residual = x
+        if self.norm_first:
+            x = self.layernorm3(x)
+        ffn_output = self.ffn(x)  # (B, T, d_model)
+        x = residual + self.dropout3(ffn_output, training=training)
+        if not self.norm_first:
+            x = self.layernorm3(x)
+
+        if cache is None:
+            return x, weights_block1, weights_block2
+        return x, weights_block1, weights_block2, {"self": outputs[2], "cross": cross_cache}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "rate": self.rate,
+                "norm_first": self.norm_first,
+                "activation": self.activation,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(EmbeddingStack):
+    """Target ids -> embeddings + positions -> `num_layers` `DecoderLayer`s.
+
+    Args:
+        num_layers: int. Number of `DecoderLayer`s.
+        d_model: int. Model width.
+        num_heads: int. Attention heads; must divide `d_model`.
+        dff: int. Inner width of the feed-forward networks.
+        target_vocab_size: int. Target vocabulary size.
+        maximum_position_encoding: int. Longest sequence accepted.
+        rate: float in [0, 1). Dropout rate. Defaults to `0.1`.
+        norm_first: bool. Pre-LN layers plus a final LayerNorm. Defaults to
+            `False`.
+        activation: str. `"relu"` or `"gelu"`. Defaults to `"relu"`.
+        position_encoding: str. `"sinusoidal"` or `"learned"`. Defaults to
+            `"sinusoidal"`.
+        pad_token_idx: int. Id of `<PAD>`. Defaults to `0`.
+        embedding: a `keras.layers.Embedding(target_vocab_size, d_model)` to
+            share instead of a new one (not part of the config). Defaults to
+            `None`.
+        **kwargs: other keys of the tutorial's `kargs` (ignored) and Keras
+            layer arguments.
+
+    Call arguments:
+        x: int tensor `(B, T)`. Decoder input ids (`<SOS>` first).
+        enc_output: tensor `(B, S, d_model)`. Ignored when `cache` is given.
+        look_ahead_mask: float tensor `(B, 1, T, T)`, or `None` to compute the
+            tutorial's combined look-ahead and padding mask from `x`.
+        padding_mask: float tensor `(B, 1, 1, S)` masking source padding, or
+            `None` when the source has no padding.
+        training: bool. Dropout is active only when `True`.
+        cache: the list from `init_cache`, or `None`. With a cache, `x` is one
+            token `(B, 1)` at position `cache_index` and the masks are built
+            from `cache_index`.
+        cache_index: scalar int tensor. Position of `x` when decoding.
+
+    Returns:
+        `(output (B, T, d_model), attention_weights)` with
+        `attention_weights["decoder_layer{i}_block1"]` `(B, heads, T, T)` and
+        `["decoder_layer{i}_block2"]` `(B, heads, T, S)`, `i` from 1; with a
+        `cache`, also the updated cache.
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        target_vocab_size,
+        maximum_position_encoding,
+        rate=0.1,
+        norm_first=False,
+        activation="relu",
+        position_encoding="sinusoidal",
+        pad_token_idx=0,
+        embedding=None,
+        **kwargs,
+    ):
+        super().__init__(**_config.layer_kwargs("Decoder", kwargs))
+        self.num_layers = _config.check_positive_int("num_layers", num_layers)
+        self.d_model = _config.check_positive_int("d_model", d_model)
+        self.num_heads = _config.check_positive_int("num_heads", num_heads)
+        self.dff = _config.check_positive_int("dff", dff)
+        self.target_vocab_size = _config.check_positive_int(
+            "target_vocab_size", target_vocab_size
+        )
+        self.maximum_position_encoding = _config.check_positive_int(
+            "maximum_position_encoding", maximum_position_encoding
+        )
+        self.rate = _config.check_rate("rate", rate)
+        self.norm_first = bool(norm_first)
+        self.activation = activation
+        self.position_encoding = position_encoding
+        self.pad_token_idx = _config.check_token_idx(
+            "pad_token_idx", pad_token_idx, target_vocab_size
+        )
+        _config.check_divisible(self.d_model, self.num_heads)
+
+        self._init_embedding(
+            target_vocab_size,
+            d_model,
+            maximum_position_encoding,
+            rate,
+            position_encoding,
+            embedding,
+        )
+        self.dec_layers = [
+            DecoderLayer(
+                d_model,
+                num_heads,
+                dff,
+                rate,
+                norm_first=norm_first,
+                activation=activation,
+                dtype=self.dtype_policy,
+                name=f"decoder_layer{i + 1}",
+            )
+            for i in range(num_layers)
+        ]
+        if self.norm_first:
+            self.final_layernorm = _layer_norm(self.dtype_policy, "final_layernorm")
+
+    def build(self, input_shape):
+        self._build_stack(input_shape, self.dec_layers)
+
+    def init_cache(self, enc_output, max_length):
+        """The decoding cache for `enc_output` `(B, S, d_model)`.
+
+        Returns:
+            A list with one dict per layer: `"cross"` holds the projected
+            encoder keys and values `(B, heads, S, depth)`, `"self"` an empty
+            buffer `(B, heads, max_length, depth)` for the generated positions.
+        """
+        batch_size = tf.shape(enc_output)[0]
+        return [
+            {
+                "self": layer.mha1.init_cache(batch_size, max_length),
+                "cross": layer.mha2.compute_key_value(enc_output, enc_output),
+            }
+            for layer in self.dec_layers
+        ]
+
+    def call(
+        self,
+        x,
+        enc_output,
+        look_ahead_mask=None,
+        padding_mask=None,
+        training=None,
+        cache=None,
+        cache_index=None,
+    ):
+        if cache is not None:
+            # Block every cached position after this one.
+            max_length = tf.shape(cache[0]["self"]["key"])[2]
+            look_ahead_mask = tf.cast(
+                tf.range(max_length) > cache_index, tf.float32
+            )[tf.newaxis, tf.newaxis, tf.newaxis, :]  # (1, 1, 1, L)
+        elif look_ahead_mask is None:
+            look_ahead_mask = tf.maximum(
+                create_padding_mask(x, self.pad_token_idx),  # (B, 1, 1, T)
+                create_look_ahead_mask(tf.shape(x)[1]),  # (T, T)
+            )  # (B, 1, T, T)
+        x = self._embed(x, training=training, position=cache_index)  # (B, T, d_model)
+
+        attention_weights = {}
+        new_cache = []
+        for i, layer in enumerate(self.dec_layers):
+            outputs = layer(
+                x,
+                enc_output,
+                look_ahead_mask,
+                padding_mask,
+                training=training,
+                cache=None if cache is None else cache[i],
+                cache_index=cache_index,
+            )
+            x, block1, block2 = outputs[:3]
+            attention_weights[f"decoder_layer{i + 1}_block1"] = block1
+            attention_weights[f"decoder_layer{i + 1}_block2"] = block2
+            if cache is not None:
+                new_cache.append(outputs[3])
+        if self.norm_first:
+            x = self.final_layernorm(x)
+
+        if cache is None:
+            return x, attention_weights
+        return x, attention_weights, new_cache
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "target_vocab_size": self.target_vocab_size,
+                "maximum_position_encoding": self.maximum_position_encoding,
+                "rate": self.rate,
+                "norm_first": self.norm_first,
+                "activation": self.activation,
+                "position_encoding": self.position_encoding,
+                "pad_token_idx": self.pad_token_idx,
+            }
+        )
+        return config

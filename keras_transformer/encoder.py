@@ -1,0 +1,290 @@
+"""The encoder: `EncoderLayer` and the stack of them, `Encoder`.
+
+Post-LN (the paper and the tutorial):  x = LN(x + Dropout(Sublayer(x)))
+Pre-LN (`norm_first=True`):            x = x + Dropout(Sublayer(LN(x))),
+with a final LayerNorm after the last layer.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import _config
+from keras_transformer._embedding import EmbeddingStack
+from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.feed_forward import point_wise_feed_forward_network
+from keras_transformer.masking import as_attention_mask, create_padding_mask
+
+
+def _layer_norm(dtype_policy, name):
+    return keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype_policy, name=name)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(keras.layers.Layer):
+    """Self-attention and a feed-forward network, each with residual and norm.
+
+    Args:
+        d_model: int. Model width.
+        num_heads: int. Attention heads; must divide `d_model`.
+        dff: int. Inner width of the feed-forward network.
+        rate: float in [0, 1). Dropout rate. Defaults to `0.1`.
+        norm_first: bool. Pre-LN instead of the tutorial's post-LN. Defaults to
+            `False`.
+        activation: str. `"relu"` or `"gelu"`. Defaults to `"relu"`.
+        **kwargs: other keys of the tutorial's `kargs` (ignored) and Keras
+            layer arguments.
+
+    Call arguments:
+        x: tensor `(B, S, d_model)`.
+        mask: float tensor broadcastable to `(B, heads, S, S)`, 1 = do not
+            attend, e.g. `create_padding_mask(ids)`, or a Keras boolean mask
+            `(B, S)` (True = attend). Defaults to `None`.
+        training: bool. Dropout is active only when `True`.
+        return_attention_weights: bool. Also return the `(B, heads, S, S)`
+            self-attention weights. Defaults to `False`.
+
+    Returns:
+        `(B, S, d_model)`, or `(output, weights)`.
+
+    Example:
+    >>> layer = EncoderLayer(d_model=512, num_heads=8, dff=2048)
+    >>> layer(tf.random.uniform((64, 43, 512)), None).shape
+    TensorShape([64, 43, 512])
+    """
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        dff,
+        rate=0.1,
+        norm_first=False,
+        activation="relu",
+        **kwargs,
+    ):
+        super().__init__(**_config.layer_kwargs("EncoderLayer", kwargs))
+        self.d_model = _config.check_positive_int("d_model", d_model)
+        self.num_heads = _config.check_positive_int("num_heads", num_heads)
+        self.dff = _config.check_positive_int("dff", dff)
+        self.rate = _config.check_rate("rate", rate)
+        self.norm_first = bool(norm_first)
+        self.activation = activation
+
+        policy = self.dtype_policy
+        self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
+        self.ffn = point_wise_feed_forward_network(
+            d_model, dff, activation, dtype=policy, name="ffn"
+        )
+        self.layernorm1 = _layer_norm(policy, "layernorm1")
+        self.layernorm2 = _layer_norm(policy, "layernorm2")
+        self.dropout1 = keras.layers.Dropout(rate, dtype=policy, name="dropout1")
+        self.dropout2 = keras.layers.Dropout(rate, dtype=policy, name="dropout2")
+
+    def build(self, input_shape):
+        for layer in (self.mha, self.ffn, self.layernorm1, self.layernorm2):
+            layer.build(input_shape)
+
+    def __call__(self, x, mask=None, **kwargs):
+        # Keras fills a `None` mask from the Keras mask of `x`; passing it by
+        # keyword keeps the tutorial's positional `layer(x, None)` working.
+        return super().__call__(x, mask=mask, **kwargs)
+
+    def call(self, x, mask=None, training=None, return_attention_weights=False):
+        mask = as_attention_mask(mask)
+
+        # Self-attention block.
+        residual = x
+        if self.norm_first:
+            x = self.layernorm1(x)
+        attn_output, weights = self.mha(x, x, x, mask)  # (B, S, d_model)
+        x = residual + self.dropout1(attn_output, training=training)
+        if not self.norm_first:
+            x = self.layernorm1(x)
+
+        # Feed-forward block.
+        residual = x
+        if self.norm_first:
+            x = self.layernorm2(x)
+        ffn_output = self.ffn(x)  # (B, S, d_model)
+        x = residual + self.dropout2(ffn_output, training=training)
+        if not self.norm_first:
+            x = self.layernorm2(x)
+
+        if return_attention_weights:
+            return x, weights
+        return x
+
+    def compute_mask(self, x, mask=None):
+        # Pass a Keras boolean mask on; the tutorial's float masks stay internal.
+        if mask is not None and mask.dtype == tf.bool:
+            return mask
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "rate": self.rate,
+                "norm_first": self.norm_first,
+                "activation": self.activation,
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(EmbeddingStack):
+    """Token ids -> embeddings + positions -> `num_layers` `EncoderLayer`s.
+
+    Without an explicit `mask` the tutorial's padding mask is computed from the
+    ids, and the output carries a Keras mask (`ids != pad_token_idx`), so the
+    encoder drops into functional models: `GlobalAveragePooling1D` after it
+    averages over real tokens only.
+
+    Args:
+        num_layers: int. Number of `EncoderLayer`s.
+        d_model: int. Model width.
+        num_heads: int. Attention heads; must divide `d_model`.
+        dff: int. Inner width of the feed-forward networks.
+        input_vocab_size: int. Source vocabulary size.
+        maximum_position_encoding: int. Longest sequence accepted.
+        rate: float in [0, 1). Dropout rate. Defaults to `0.1`.
+        norm_first: bool. Pre-LN layers plus a final LayerNorm. Defaults to
+            `False` (the tutorial's post-LN).
+        activation: str. `"relu"` or `"gelu"`. Defaults to `"relu"`.
+        position_encoding: str. `"sinusoidal"` (fixed, the tutorial) or
+            `"learned"`. Defaults to `"sinusoidal"`.
+        pad_token_idx: int. Id of `<PAD>`. Defaults to `0`.
+        embedding: a `keras.layers.Embedding(input_vocab_size, d_model)` to use
+            (and share) instead of a new one; not part of the config, so the
+            owner that shares it must rebuild the sharing. Defaults to `None`.
+        **kwargs: other keys of the tutorial's `kargs` (ignored) and Keras
+            layer arguments.
+
+    Call arguments:
+        x: int tensor `(B, S)`. Token ids.
+        mask: float tensor `(B, 1, 1, S)`, a Keras boolean mask `(B, S)`, or
+            `None` (computed from `x`).
+        training: bool. Dropout is active only when `True`.
+        return_attention_weights: bool. Also return a dict
+            `{"encoder_layer{i}": (B, heads, S, S)}`, `i` from 1.
+
+    Returns:
+        `(B, S, d_model)`, or `(output, weights)`.
+
+    Example:
+    >>> enc = Encoder(num_layers=2, d_model=512, num_heads=8, dff=2048,
+    ...               input_vocab_size=8500, maximum_position_encoding=25)
+    >>> enc(tf.zeros((64, 25), tf.int32)).shape
+    TensorShape([64, 25, 512])
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        d_model,
+        num_heads,
+        dff,
+        input_vocab_size,
+        maximum_position_encoding,
+        rate=0.1,
+        norm_first=False,
+        activation="relu",
+        position_encoding="sinusoidal",
+        pad_token_idx=0,
+        embedding=None,
+        **kwargs,
+    ):
+        super().__init__(**_config.layer_kwargs("Encoder", kwargs))
+        self.num_layers = _config.check_positive_int("num_layers", num_layers)
+        self.d_model = _config.check_positive_int("d_model", d_model)
+        self.num_heads = _config.check_positive_int("num_heads", num_heads)
+        self.dff = _config.check_positive_int("dff", dff)
+        self.input_vocab_size = _config.check_positive_int(
+            "input_vocab_size", input_vocab_size
+        )
+        self.maximum_position_encoding = _config.check_positive_int(
+            "maximum_position_encoding", maximum_position_encoding
+        )
+        self.rate = _config.check_rate("rate", rate)
+        self.norm_first = bool(norm_first)
+        self.activation = activation
+        self.position_encoding = position_encoding
+        self.pad_token_idx = _config.check_token_idx(
+            "pad_token_idx", pad_token_idx, input_vocab_size
+        )
+        _config.check_divisible(self.d_model, self.num_heads)
+
+        self._init_embedding(
+            input_vocab_size,
+            d_model,
+            maximum_position_encoding,
+            rate,
+            position_encoding,
+            embedding,
+        )
+        self.enc_layers = [
+            EncoderLayer(
+                d_model,
+                num_heads,
+                dff,
+                rate,
+                norm_first=norm_first,
+                activation=activation,
+                dtype=self.dtype_policy,
+                name=f"encoder_layer{i + 1}",
+            )
+            for i in range(num_layers)
+        ]
+        if self.norm_first:
+            self.final_layernorm = _layer_norm(self.dtype_policy, "final_layernorm")
+
+    def build(self, input_shape):
+        self._build_stack(input_shape, self.enc_layers)
+
+    def __call__(self, x, mask=None, **kwargs):
+        # Keras fills a `None` mask from the Keras mask of `x`; passing it by
+        # keyword keeps the tutorial's positional `layer(x, None)` working.
+        return super().__call__(x, mask=mask, **kwargs)
+
+    def call(self, x, mask=None, training=None, return_attention_weights=False):
+        mask = as_attention_mask(mask)
+        if mask is None:
+            mask = create_padding_mask(x, self.pad_token_idx)  # (B, 1, 1, S)
+        x = self._embed(x, training=training)  # (B, S, d_model)
+
+        attention_weights = {}
+        for i, layer in enumerate(self.enc_layers):
+            x, weights = layer(x, mask, training=training, return_attention_weights=True)
+            attention_weights[f"encoder_layer{i + 1}"] = weights
+        if self.norm_first:
+            x = self.final_layernorm(x)
+
+        if return_attention_weights:
+            return x, attention_weights
+        return x
+
+    def compute_mask(self, x, mask=None):
+        return keras.ops.not_equal(x, self.pad_token_idx)  # (B, S)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dff": self.dff,
+                "input_vocab_size": self.input_vocab_size,
+                "maximum_position_encoding": self.maximum_position_encoding,
+                "rate": self.rate,
+                "norm_first": self.norm_first,
+                "activation": self.activation,
+                "position_encoding": self.position_encoding,
+                "pad_token_idx": self.pad_token_idx,
+            }
+        )
+        return config

@@ -1,0 +1,120 @@
+"""Training helpers: the paper's learning-rate schedule and losses that ignore
+padding.
+
+The tutorial averages its loss over every position, padding included, so the
+reported loss shrinks as batches get more padded. Here the loss and the
+accuracy are means over the non-`<PAD>` target tokens only.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import _config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (sec. 5.3).
+
+    `step` counts from 1 as in the paper (the optimizer's iteration 0 is step 1).
+
+    Args:
+        d_model: int. Model width.
+        warmup_steps: int. Steps of linear warm-up. Defaults to `4000`.
+
+    Example:
+    >>> schedule = CustomSchedule(512)
+    >>> optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98,
+    ...                                   epsilon=1e-9)
+    """
+
+    def __init__(self, d_model, warmup_steps=4000):
+        super().__init__()
+        self.d_model = _config.check_positive_int("d_model", d_model)
+        self.warmup_steps = _config.check_positive_int("warmup_steps", warmup_steps)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32) + 1.0
+        arg1 = tf.math.rsqrt(step)
+        arg2 = step * (self.warmup_steps**-1.5)
+        return tf.math.rsqrt(tf.cast(self.d_model, tf.float32)) * tf.minimum(arg1, arg2)
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+
+
+def _non_pad_mean(values, y_true, pad_token_idx):
+    """Mean of `values` `(B, T)` over the positions where `y_true` is not pad."""
+    mask = tf.cast(tf.not_equal(y_true, pad_token_idx), tf.float32)
+    return tf.math.divide_no_nan(tf.reduce_sum(values * mask), tf.reduce_sum(mask))
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+def masked_loss(y_true, y_pred, label_smoothing=0.0, pad_token_idx=0):
+    """Cross-entropy from logits, averaged over the non-`<PAD>` targets.
+
+    With label smoothing eps the target distribution puts 1 - eps on the true
+    token and spreads eps uniformly over the vocabulary.
+
+    Args:
+        y_true: int tensor `(B, T)`. Target ids.
+        y_pred: float tensor `(B, T, V)`. Logits.
+        label_smoothing: float in [0, 1). Defaults to `0.0`.
+        pad_token_idx: int. Targets equal to it are ignored. Defaults to `0`.
+
+    Returns:
+        Scalar float32 loss.
+    """
+    label_smoothing = _config.check_rate("label_smoothing", label_smoothing)
+    y_true = tf.cast(y_true, tf.int32)
+    logits = tf.cast(y_pred, tf.float32)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(y_true, logits)  # (B, T)
+    if label_smoothing:
+        uniform = -tf.reduce_mean(tf.nn.log_softmax(logits), axis=-1)  # (B, T)
+        loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
+    return _non_pad_mean(loss, y_true, pad_token_idx)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedLoss(keras.losses.Loss):
+    """`masked_loss` as a configurable, serialisable Keras loss.
+
+    Args:
+        label_smoothing: float in [0, 1). Defaults to `0.0`.
+        pad_token_idx: int. Defaults to `0`.
+
+    Example:
+    >>> model.compile("adam", loss=MaskedLoss(label_smoothing=0.1))  # doctest: +SKIP
+    """
+
+    def __init__(self, label_smoothing=0.0, pad_token_idx=0, name="masked_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = _config.check_rate("label_smoothing", label_smoothing)
+        self.pad_token_idx = pad_token_idx
+
+    def call(self, y_true, y_pred):
+        return masked_loss(y_true, y_pred, self.label_smoothing, self.pad_token_idx)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "label_smoothing": self.label_smoothing,
+            "pad_token_idx": self.pad_token_idx,
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+def masked_accuracy(y_true, y_pred, pad_token_idx=0):
+    """Fraction of non-`<PAD>` targets whose arg-max logit is the true id.
+
+    Args:
+        y_true: int tensor `(B, T)`. Target ids.
+        y_pred: float tensor `(B, T, V)`. Logits or probabilities.
+        pad_token_idx: int. Targets equal to it are ignored. Defaults to `0`.
+
+    Returns:
+        Scalar float32 accuracy.
+    """
+    y_true = tf.cast(y_true, tf.int32)
+    predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
+    return _non_pad_mean(tf.cast(tf.equal(y_true, predicted), tf.float32), y_true, pad_token_idx)
