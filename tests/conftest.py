@@ -1,0 +1,89 @@
+"""Shared fixtures: tiny configs in the tutorial's `kargs` form and a toy task."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import keras_transformer as kt  # noqa: E402
+
+VOCAB = 16
+MAX_SRC = 8
+
+
+def tiny_kargs(**overrides):
+    """The tutorial's `kargs` dict with sizes small enough for fast tests."""
+    kargs = {
+        "model_name": "transformer",
+        "num_layers": 2,
+        "d_model": 32,
+        "num_heads": 4,
+        "dff": 64,
+        "input_vocab_size": VOCAB,
+        "target_vocab_size": VOCAB,
+        "maximum_position_encoding": MAX_SRC + 2,
+        "end_token_idx": 2,
+        "rate": 0.1,
+    }
+    kargs.update(overrides)
+    return kargs
+
+
+def reverse_task(n, seed=0, vocab=VOCAB, min_len=3, max_len=MAX_SRC):
+    """Source: random ids 4..vocab-1; target: the source reversed, then <END>.
+
+    Returns `(inp (n, max_len), dec_in (n, max_len + 1), dec_out (n, max_len + 1))`,
+    padded with 0; `dec_in` is `<SOS>` followed by `dec_out` shifted right.
+    """
+    rng = np.random.default_rng(seed)
+    inp = np.zeros((n, max_len), np.int32)
+    dec_in = np.zeros((n, max_len + 1), np.int32)
+    dec_out = np.zeros((n, max_len + 1), np.int32)
+    for row in range(n):
+        length = rng.integers(min_len, max_len + 1)
+        source = rng.integers(4, vocab, size=length)
+        target = list(source[::-1]) + [2]
+        inp[row, :length] = source
+        dec_out[row, : length + 1] = target
+        dec_in[row, : length + 1] = [1] + target[:-1]
+    return inp, dec_in, dec_out
+
+
+def fit_reverse(jit_compile, epochs=12, n=3000):
+    """A model with the tutorial's kargs trained on the reverse task."""
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer(**tiny_kargs(d_model=64, dff=128))
+    model.compile(
+        keras.optimizers.Adam(2e-3),
+        loss=kt.masked_loss,
+        metrics=[kt.masked_accuracy],
+        jit_compile=jit_compile,
+    )
+    inp, dec_in, dec_out = reverse_task(n)
+    model.fit([inp, dec_in], dec_out, batch_size=64, epochs=epochs, verbose=0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def trained_model():
+    return fit_reverse(jit_compile=False)
+
+
+@pytest.fixture
+def random_model():
+    keras.utils.set_random_seed(1)
+    return kt.Transformer(**tiny_kargs())
+
+
+@pytest.fixture
+def policy():
+    """Sets a global dtype policy for one test and restores float32 after."""
+
+    def set_policy(name):
+        keras.mixed_precision.set_global_policy(name)
+
+    yield set_policy
+    keras.mixed_precision.set_global_policy("float32")

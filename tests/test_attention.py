@@ -1,0 +1,104 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+
+
+def numpy_attention(q, k, v, mask):
+    logits = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        logits = np.where(mask > 0, -np.inf, logits)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_scaled_dot_product_attention_matches_numpy(with_mask):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 3, 5, 8)).astype("float32") for _ in range(3))
+    mask = (rng.random((2, 1, 5, 5)) < 0.3).astype("float32") if with_mask else None
+    if with_mask:
+        mask[..., 0] = 0  # keep at least one key per row
+    out, weights = kt.scaled_dot_product_attention(q, k, v, mask)
+    ref_out, ref_weights = numpy_attention(q, k, v, mask)
+    np.testing.assert_allclose(weights.numpy(), ref_weights, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), ref_out, atol=1e-5)
+
+
+def test_seed_i_am_good_example_by_hand():
+    # The four steps of the seed's worked example with d_k = 64 (sqrt = 8).
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=(3, 64)).astype("float32") for _ in range(3))
+    scores = q @ k.T / 8.0
+    weights = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
+    out, w = kt.scaled_dot_product_attention(q, k, v, None)
+    np.testing.assert_allclose(w.numpy(), weights, rtol=1e-5)
+    np.testing.assert_allclose(out.numpy(), weights @ v, rtol=1e-4, atol=1e-5)
+
+
+def test_fully_masked_row_gives_uniform_weights_not_nan():
+    q = k = v = tf.random.normal((1, 1, 3, 4))
+    mask = tf.ones((1, 1, 3, 3))
+    out, weights = kt.scaled_dot_product_attention(q, k, v, mask)
+    np.testing.assert_allclose(weights.numpy(), np.full((1, 1, 3, 3), 1 / 3), atol=1e-6)
+    assert np.isfinite(out.numpy()).all()
+
+
+def copy_into_keras_mha(ours, theirs, d_model, num_heads):
+    depth = d_model // num_heads
+    for src, dst in ((ours.wq, theirs.query_dense), (ours.wk, theirs.key_dense),
+                     (ours.wv, theirs.value_dense)):
+        dst.kernel.assign(tf.reshape(src.kernel, (d_model, num_heads, depth)))
+        dst.bias.assign(tf.reshape(src.bias, (num_heads, depth)))
+    theirs.output_dense.kernel.assign(tf.reshape(ours.dense.kernel, (num_heads, depth, d_model)))
+    theirs.output_dense.bias.assign(ours.dense.bias)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_multi_head_attention_matches_keras(with_mask):
+    keras.utils.set_random_seed(0)
+    d_model, num_heads = 32, 4
+    query = tf.random.normal((2, 5, d_model))
+    value = tf.random.normal((2, 7, d_model))
+    ours = kt.MultiHeadAttention(d_model=d_model, num_heads=num_heads)
+    theirs = keras.layers.MultiHeadAttention(num_heads, key_dim=d_model // num_heads)
+    mask = None
+    keras_mask = None
+    if with_mask:
+        mask = kt.create_padding_mask(tf.constant([[3, 4, 5, 0, 0, 0, 0], [3, 4, 5, 6, 7, 8, 0]]))
+        keras_mask = tf.cast(1 - mask[:, 0], bool) & tf.ones((2, 5, 7), bool)  # True = attend
+    ours(value, value, query, mask)
+    theirs(query, value, value, attention_mask=keras_mask)
+    copy_into_keras_mha(ours, theirs, d_model, num_heads)
+
+    out, weights = ours(value, value, query, mask)
+    ref_out, ref_weights = theirs(
+        query, value, value, attention_mask=keras_mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(out.numpy(), ref_out.numpy(), atol=1e-5)
+    np.testing.assert_allclose(weights.numpy(), ref_weights.numpy(), atol=1e-5)
+
+
+def test_multi_head_attention_accepts_tutorial_kargs_and_round_trips():
+    kargs = {"model_name": "m", "num_layers": 2, "d_model": 16, "num_heads": 2,
+             "dff": 8, "input_vocab_size": 5, "target_vocab_size": 5,
+             "maximum_position_encoding": 4, "end_token_idx": 2, "rate": 0.1}
+    layer = kt.MultiHeadAttention(**kargs)
+    clone = kt.MultiHeadAttention.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"d_model": 10, "num_heads": 3}, "d_model"),
+        ({"d_model": 0, "num_heads": 2}, "d_model"),
+        ({"d_model": 8, "num_heads": -1}, "num_heads"),
+    ],
+)
+def test_multi_head_attention_rejects_bad_sizes(kwargs, arg):
+    with pytest.raises(ValueError, match=f"`{arg}`.*Received: {arg}="):
+        kt.MultiHeadAttention(**kwargs)

@@ -1,0 +1,230 @@
+"""Transformer.generate / inference: cached decoding equals recomputation, beam
+search, sampling, padding after <END>, mixed precision and XLA."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from conftest import reverse_task, tiny_kargs
+
+PAD, SOS, END = 0, 1, 2
+
+
+def mixed_length_sources(batch, seed, max_len=8):
+    rng = np.random.default_rng(seed)
+    inp = np.zeros((batch, max_len), np.int32)
+    for row in range(batch):
+        length = rng.integers(1, max_len + 1)
+        inp[row, :length] = rng.integers(4, 16, size=length)
+    return inp
+
+
+def tutorial_greedy(model, inp, max_length):
+    """The tutorial's algorithm: re-run the whole model on the growing prefix,
+    eagerly, with `.numpy()` in the loop (batched; <PAD>/<SOS> never chosen,
+    as in `generate`)."""
+    tar = np.full((len(inp), 1), SOS, np.int32)
+    finished = np.zeros(len(inp), bool)
+    out = []
+    for _ in range(max_length):
+        logits = model((inp, tar)).numpy()[:, -1]
+        logits[:, [PAD, SOS]] = -np.inf
+        token = np.where(finished, PAD, logits.argmax(-1))
+        out.append(token)
+        finished |= token == END
+        if finished.all():
+            break
+        tar = np.concatenate([tar, token[:, None].astype(np.int32)], axis=1)
+    return np.stack(out, axis=1)
+
+
+def penalised_log_prob(model, inp, seqs, alpha):
+    """Length-penalised log-probability of each row of `seqs` (up to <END>)."""
+    dec_in = np.concatenate([np.full((len(seqs), 1), SOS), seqs[:, :-1]], axis=1)
+    logits = model((inp, dec_in)).numpy()
+    logits[..., [PAD, SOS]] = -np.inf
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    token_log_probs = np.take_along_axis(log_probs, seqs[..., None], axis=-1)[..., 0]
+    scores = []
+    for row, seq in enumerate(seqs):
+        ends = np.flatnonzero(seq == END)
+        length = ends[0] + 1 if len(ends) else len(seq)
+        scores.append(token_log_probs[row, :length].sum() / ((5 + length) / 6) ** alpha)
+    return np.array(scores)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 17])
+def test_cached_greedy_equals_the_tutorials_recomputation_on_a_random_model(
+    random_model, batch
+):
+    inp = mixed_length_sources(batch, seed=batch)
+    expected = tutorial_greedy(random_model, inp, max_length=10)
+    np.testing.assert_array_equal(random_model.generate(inp).numpy(), expected)
+    np.testing.assert_array_equal(random_model.generate(inp, use_cache=False).numpy(), expected)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 17])
+def test_cached_greedy_equals_the_tutorials_recomputation_on_a_trained_model(
+    trained_model, batch
+):
+    inp = reverse_task(batch, seed=10 + batch)[0]
+    expected = tutorial_greedy(trained_model, inp, max_length=10)
+    np.testing.assert_array_equal(trained_model.generate(inp).numpy(), expected)
+
+
+def test_trained_model_reverses_unseen_sources(trained_model):
+    inp, _, dec_out = reverse_task(50, seed=7)
+    out = trained_model.generate(inp).numpy()
+    n = out.shape[1]
+    assert (out == dec_out[:, :n]).all(axis=1).mean() >= 0.9
+
+
+def test_rows_that_end_early_are_padded_after_end(trained_model):
+    inp, _, dec_out = reverse_task(6, seed=5, min_len=2, max_len=8)
+    out = trained_model.generate(inp).numpy()
+    lengths = (inp != PAD).sum(1)
+    assert out.shape[1] == lengths.max() + 1  # stops once every row has ended
+    for row, length in enumerate(lengths):
+        assert out[row, length] == END
+        assert (out[row, length + 1 :] == PAD).all()
+
+
+def test_row_without_end_stops_at_max_length(trained_model):
+    inp = reverse_task(4, seed=6, min_len=6, max_len=8)[0]
+    out = trained_model.generate(inp, max_length=4).numpy()
+    assert out.shape == (4, 4)
+    assert not (out == END).any() and not (out == PAD).any()
+
+
+def test_beam_size_one_equals_greedy(random_model, trained_model):
+    for model in (random_model, trained_model):
+        inp = mixed_length_sources(5, seed=3)
+        np.testing.assert_array_equal(
+            model.generate(inp, method="beam", beam_size=1).numpy(), model.generate(inp).numpy()
+        )
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_beam_search_never_scores_below_greedy(random_model, trained_model, alpha):
+    for model in (random_model, trained_model):
+        inp = mixed_length_sources(17, seed=4)
+        greedy = model.generate(inp).numpy()
+        beam = model.generate(inp, method="beam", beam_size=4, length_penalty=alpha).numpy()
+        assert beam.dtype == np.int32
+        width = max(greedy.shape[1], beam.shape[1])
+        pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))  # noqa: E731
+        beam_scores = penalised_log_prob(model, inp, pad(beam), alpha)
+        greedy_scores = penalised_log_prob(model, inp, pad(greedy), alpha)
+        assert (beam_scores >= greedy_scores - 1e-4).all()
+
+
+def test_top_k_one_sampling_equals_greedy(random_model):
+    inp = mixed_length_sources(6, seed=8)
+    np.testing.assert_array_equal(
+        random_model.generate(inp, method="sample", top_k=1, seed=3).numpy(),
+        random_model.generate(inp).numpy(),
+    )
+
+
+def test_same_seed_gives_same_samples(random_model):
+    inp = mixed_length_sources(8, seed=9)
+    kwargs = dict(method="sample", temperature=1.5, top_k=8, top_p=0.9)
+    first = random_model.generate(inp, seed=11, **kwargs).numpy()
+    np.testing.assert_array_equal(random_model.generate(inp, seed=11, **kwargs).numpy(), first)
+    assert not np.array_equal(random_model.generate(inp, seed=12, **kwargs).numpy(), first)
+    assert ((first >= 0) & (first < 16)).all() and not (first == SOS).any()
+
+
+def test_nucleus_sampling_with_tiny_top_p_is_greedy(random_model):
+    inp = mixed_length_sources(4, seed=10)
+    np.testing.assert_array_equal(
+        random_model.generate(inp, method="sample", top_p=1e-6, seed=1).numpy(),
+        random_model.generate(inp).numpy(),
+    )
+
+
+def test_generation_is_traced_once_per_input_shape_and_method(random_model):
+    inp = mixed_length_sources(3, seed=1)
+    for _ in range(3):
+        random_model.generate(inp)
+        random_model.generate(mixed_length_sources(3, seed=5))
+    random_model.generate(mixed_length_sources(5, seed=2))
+    (decode,) = random_model._generate_fns._functions.values()
+    assert decode.experimental_get_tracing_count() == 2
+
+
+def test_generate_with_xla_equals_generate(trained_model):
+    inp = reverse_task(17, seed=12)[0]
+    for method in ("greedy", "beam"):
+        np.testing.assert_array_equal(
+            trained_model.generate(inp, method=method, jit_compile=True).numpy(),
+            trained_model.generate(inp, method=method).numpy(),
+        )
+
+
+@pytest.mark.parametrize("name", ["mixed_float16", "mixed_bfloat16"])
+def test_generate_under_mixed_precision(trained_model, policy, name):
+    policy(name)
+    model = kt.Transformer(**trained_model.get_config())
+    inp = reverse_task(17, seed=13)[0]
+    model((inp, inp))
+    model.set_weights(trained_model.get_weights())
+    expected = trained_model.generate(inp, max_length=9).numpy()  # (17, 9)
+    for kwargs in ({}, {"jit_compile": True}, {"method": "beam"}):
+        out = model.generate(inp, max_length=9, **kwargs).numpy()
+        assert out.dtype == np.int32
+        assert (out == expected).all(axis=1).mean() >= 0.9
+
+
+def test_attention_weights_of_generate_equal_a_teacher_forced_pass(trained_model):
+    inp = reverse_task(3, seed=14)[0]
+    tokens, weights = trained_model.generate(inp, return_attention_weights=True)
+    tokens = tokens.numpy()
+    n = tokens.shape[1]
+    assert set(weights) == {"decoder_layer1_block2", "decoder_layer2_block2"}
+    dec_in = np.concatenate([np.full((3, 1), SOS), tokens[:, :-1]], axis=1)
+    _, forced = trained_model((inp, dec_in), return_attention_weights=True)
+    for name, w in weights.items():
+        assert w.shape == (3, 4, n, inp.shape[1])
+        for row in range(3):
+            steps = np.flatnonzero(tokens[row] == END)[0] + 1
+            np.testing.assert_allclose(
+                w[row, :, :steps].numpy(), forced[name][row, :, :steps].numpy(), atol=1e-5
+            )
+
+
+def test_inference_is_the_tutorials_list_of_ids(trained_model):
+    inp = reverse_task(1, seed=15)[0]
+    ids = trained_model.inference(inp)
+    row = trained_model.generate(inp).numpy()[0].tolist()
+    assert isinstance(ids, list) and all(isinstance(t, int) for t in ids)
+    assert ids == row[: row.index(END)]
+    assert ids == trained_model.inference(inp[0])
+    with pytest.raises(ValueError, match="`x`.*Received: x.shape"):
+        trained_model.inference(np.ones((2, 3), np.int32))
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"max_length": 11}, "max_length"),
+        ({"max_length": 0}, "max_length"),
+        ({"method": "topk"}, "method"),
+        ({"beam_size": 0, "method": "beam"}, "beam_size"),
+        ({"temperature": 0.0, "method": "sample"}, "temperature"),
+        ({"top_p": 0.0, "method": "sample"}, "top_p"),
+        ({"top_k": -1, "method": "sample"}, "top_k"),
+        ({"return_attention_weights": True, "method": "beam"}, "return_attention_weights"),
+        ({"use_cache": False, "method": "beam"}, "use_cache"),
+    ],
+)
+def test_generate_rejects_bad_arguments(random_model, kwargs, arg):
+    with pytest.raises(ValueError, match=f"`{arg}`.*Received: "):
+        random_model.generate(np.array([[4, 5]]), **kwargs)
+
+
+def test_generate_rejects_ids_outside_the_vocabulary(random_model):
+    with pytest.raises(ValueError, match=r"`x`.*\[0, 16\)"):
+        random_model.generate(np.array([[4, 16]]))
