@@ -9,9 +9,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
+from keras_transformer.data import reverse_task  # noqa: E402
 
 VOCAB = 16
 MAX_SRC = 8
+
+__all__ = ["reverse_task", "tiny_kargs", "fit_reverse"]
 
 
 def tiny_kargs(**overrides):
@@ -30,26 +33,6 @@ def tiny_kargs(**overrides):
     }
     kargs.update(overrides)
     return kargs
-
-
-def reverse_task(n, seed=0, vocab=VOCAB, min_len=3, max_len=MAX_SRC):
-    """Source: random ids 4..vocab-1; target: the source reversed, then <END>.
-
-    Returns `(inp (n, max_len), dec_in (n, max_len + 1), dec_out (n, max_len + 1))`,
-    padded with 0; `dec_in` is `<SOS>` followed by `dec_out` shifted right.
-    """
-    rng = np.random.default_rng(seed)
-    inp = np.zeros((n, max_len), np.int32)
-    dec_in = np.zeros((n, max_len + 1), np.int32)
-    dec_out = np.zeros((n, max_len + 1), np.int32)
-    for row in range(n):
-        length = rng.integers(min_len, max_len + 1)
-        source = rng.integers(4, vocab, size=length)
-        target = list(source[::-1]) + [2]
-        inp[row, :length] = source
-        dec_out[row, : length + 1] = target
-        dec_in[row, : length + 1] = [1] + target[:-1]
-    return inp, dec_in, dec_out
 
 
 def fit_reverse(jit_compile, epochs=12, n=3000):
