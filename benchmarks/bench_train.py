@@ -1,0 +1,129 @@
+"""Training throughput and model FLOP utilisation (MFU) of `keras_transformer`.
+
+Trains the tutorial's configuration (2 layers, d_model 512, 8 heads, dff 2048,
+source and target length 25, batch 64, vocabulary 8000) on random token ids
+without padding, and prints for each compile mode:
+
+- target tokens/s (batch * target length per step);
+- the model's GFLOP/s from an exact matmul FLOP count;
+- MFU: that rate over the machine's fp32 matmul GFLOP/s, measured in the same
+  run on a square matmul.
+
+Each mode is run for `keras_transformer` and, as a baseline, for the tutorial's
+model written plainly (`tutorial_reference.py`).
+
+FLOP count (a matmul of (m, k) by (k, n) costs 2*m*k*n; per example, S source
+and T target positions, width d, inner width f, vocabulary V, L layers):
+  encoder layer: Q, K, V, output projections 4 * 2*S*d*d; QK^T and AV
+                 2 * 2*S*S*d; feed-forward 2 * 2*S*d*f
+  decoder layer: self-attention 4 * 2*T*d*d + 2 * 2*T*T*d; cross-attention
+                 Q and output 2 * 2*T*d*d, K and V 2 * 2*S*d*d, QK^T and AV
+                 2 * 2*T*S*d; feed-forward 2 * 2*T*d*f
+  output projection: 2*T*d*V
+A training step costs 3x the forward pass (forward, and backward for inputs and
+for weights). Embedding look-ups, softmax, LayerNorm and the optimizer update
+are not counted.
+
+Usage: python benchmarks/bench_train.py [--steps 20] [--modes xla,no-xla,auto]
+                                        [--models ours,tutorial]
+"""
+
+import argparse
+import os
+import platform
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_transformer as kt  # noqa: E402
+from tutorial_reference import TutorialTransformer  # noqa: E402
+
+CONFIG = dict(num_layers=2, d_model=512, num_heads=8, dff=2048, vocab=8000, seq=25, batch=64)
+MODES = {"auto": "auto", "xla": True, "no-xla": False}
+MODELS = {"ours": kt.Transformer, "tutorial": TutorialTransformer}
+
+
+def forward_flops(num_layers, d_model, dff, vocab, src_len, tgt_len, **_):
+    """Matmul FLOPs of one forward pass of one example (see module docstring)."""
+    d, f, S, T = d_model, dff, src_len, tgt_len
+    encoder = 4 * 2 * S * d * d + 2 * 2 * S * S * d + 2 * 2 * S * d * f
+    decoder = (
+        4 * 2 * T * d * d + 2 * 2 * T * T * d  # masked self-attention
+        + 2 * 2 * T * d * d + 2 * 2 * S * d * d + 2 * 2 * T * S * d  # cross-attention
+        + 2 * 2 * T * d * f  # feed-forward
+    )
+    return num_layers * (encoder + decoder) + 2 * T * d * vocab
+
+
+def matmul_peak_gflops(n=2048, repeats=10):
+    """Best fp32 GFLOP/s of an (n, n) @ (n, n) matmul on this machine."""
+    a = tf.random.normal((n, n))
+    b = tf.random.normal((n, n))
+    matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
+    matmul(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def train_seconds_per_step(model_cls, jit_compile, steps, cfg):
+    keras.utils.set_random_seed(0)
+    model = model_cls(
+        num_layers=cfg["num_layers"], d_model=cfg["d_model"], num_heads=cfg["num_heads"],
+        dff=cfg["dff"], input_vocab_size=cfg["vocab"], target_vocab_size=cfg["vocab"],
+        maximum_position_encoding=cfg["seq"], rate=0.1,
+    )
+    model.compile(
+        keras.optimizers.Adam(kt.CustomSchedule(cfg["d_model"]), beta_1=0.9, beta_2=0.98,
+                              epsilon=1e-9),
+        loss=kt.masked_loss,
+        metrics=[kt.masked_accuracy],
+        jit_compile=jit_compile,
+    )
+    rng = np.random.default_rng(0)
+    shape = (cfg["batch"] * steps, cfg["seq"])
+    inp, dec_in, dec_out = (rng.integers(3, cfg["vocab"], shape).astype("int32") for _ in range(3))
+    data = tf.data.Dataset.from_tensor_slices(((inp, dec_in), dec_out)).batch(cfg["batch"])
+    model.fit(data.take(3), verbose=0)  # trace and compile
+    start = time.perf_counter()
+    model.fit(data, verbose=0)
+    return (time.perf_counter() - start) / steps, model.jit_compile
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--modes", default="xla,no-xla,auto")
+    parser.add_argument("--models", default="ours,tutorial")
+    args = parser.parse_args()
+    cfg = CONFIG
+    step_flops = 3 * cfg["batch"] * forward_flops(
+        cfg["num_layers"], cfg["d_model"], cfg["dff"], cfg["vocab"], cfg["seq"], cfg["seq"]
+    )
+    peak = matmul_peak_gflops()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"TF {tf.__version__}, Keras {keras.__version__}")
+    print(f"config: {cfg}; {step_flops / 1e9:.1f} GFLOP per training step")
+    print(f"fp32 matmul peak (2048^3): {peak:.1f} GFLOP/s")
+    print("| model | mode | jit_compile | ms/step | target tokens/s | model GFLOP/s | MFU |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in args.modes.split(","):
+        for name in args.models.split(","):
+            seconds, used_jit = train_seconds_per_step(MODELS[name], MODES[mode], args.steps, cfg)
+            gflops = step_flops / seconds / 1e9
+            tokens = cfg["batch"] * cfg["seq"] / seconds
+            print(f"| {name} | {mode} | {used_jit} | {seconds * 1e3:.0f} | {tokens:.0f} | "
+                  f"{gflops:.1f} | {gflops / peak:.2f} |", flush=True)
+    peak_after = matmul_peak_gflops()
+    print(f"fp32 matmul peak again after the runs: {peak_after:.1f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
