@@ -59,6 +59,36 @@ def layer_kwargs(cls_name: str, kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k in _KERAS_LAYER_KEYS}
 
 
+_POSITIVE_INT_ARGS = frozenset(
+    {
+        "num_layers",
+        "d_model",
+        "num_heads",
+        "dff",
+        "input_vocab_size",
+        "target_vocab_size",
+        "maximum_position_encoding",
+    }
+)
+
+
+def check_model_args(**args) -> None:
+    """Validates model sizes (positive ints), `rate` and `d_model % num_heads`.
+
+    Raises:
+        ValueError: in the Keras message form, naming the argument and value.
+    """
+    for name, value in args.items():
+        if name == "rate":
+            check_rate(name, value)
+        elif name in _POSITIVE_INT_ARGS:
+            check_positive_int(name, value)
+        else:
+            raise TypeError(f"check_model_args does not know the argument {name!r}")
+    if "d_model" in args and "num_heads" in args:
+        check_divisible(args["d_model"], args["num_heads"])
+
+
 def check_positive_int(name: str, value) -> int:
     """Returns `value` if it is a positive integer, else raises `ValueError`."""
     if (

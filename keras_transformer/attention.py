@@ -5,9 +5,10 @@
         head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
 Deviations from the tutorial, all invisible to its users:
-- masked logits are *replaced* by the float32 minimum instead of adding
-  `mask * -1e9`, and the softmax always runs in float32, so half precision
-  never overflows and a fully masked row gives uniform weights, not NaN;
+- masked logits are *replaced* by the float32 minimum instead of adding the
+  mask times a large negative constant, and the softmax always runs in
+  float32, so half precision never overflows and a fully masked row gives
+  uniform weights, not NaN;
 - the queries are scaled before `Q K^T` (fewer multiplications, same result);
 - `MultiHeadAttention` takes an optional decoding cache (see `call`).
 """
@@ -94,9 +95,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def __init__(self, d_model, num_heads, **kwargs):
         super().__init__(**_config.layer_kwargs("MultiHeadAttention", kwargs))
-        self.d_model = _config.check_positive_int("d_model", d_model)
-        self.num_heads = _config.check_positive_int("num_heads", num_heads)
-        _config.check_divisible(self.d_model, self.num_heads)
+        _config.check_model_args(d_model=d_model, num_heads=num_heads)
+        self.d_model = d_model
+        self.num_heads = num_heads
         self.depth = self.d_model // self.num_heads
         # Attention masks are explicit (`mask`); a Keras mask attached to an
         # input (e.g. the `Encoder` output) is neither used nor propagated.

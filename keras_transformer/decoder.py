@@ -14,15 +14,14 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _config
-from keras_transformer._embedding import EmbeddingStack
+from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
 from keras_transformer.attention import MultiHeadAttention
-from keras_transformer.encoder import _layer_norm
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import create_look_ahead_mask, create_padding_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(TransformerLayer):
     """Masked self-attention, encoder-decoder attention and a feed-forward net.
 
     Args:
@@ -64,12 +63,7 @@ class DecoderLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**_config.layer_kwargs("DecoderLayer", kwargs))
-        self.d_model = _config.check_positive_int("d_model", d_model)
-        self.num_heads = _config.check_positive_int("num_heads", num_heads)
-        self.dff = _config.check_positive_int("dff", dff)
-        self.rate = _config.check_rate("rate", rate)
-        self.norm_first = bool(norm_first)
-        self.activation = activation
+        self._init_args(d_model, num_heads, dff, rate, norm_first, activation)
 
         policy = self.dtype_policy
         self.mha1 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha1")
@@ -77,12 +71,12 @@ class DecoderLayer(keras.layers.Layer):
         self.ffn = point_wise_feed_forward_network(
             d_model, dff, activation, dtype=policy, name="ffn"
         )
-        self.layernorm1 = _layer_norm(policy, "layernorm1")
-        self.layernorm2 = _layer_norm(policy, "layernorm2")
-        self.layernorm3 = _layer_norm(policy, "layernorm3")
-        self.dropout1 = keras.layers.Dropout(rate, dtype=policy, name="dropout1")
-        self.dropout2 = keras.layers.Dropout(rate, dtype=policy, name="dropout2")
-        self.dropout3 = keras.layers.Dropout(rate, dtype=policy, name="dropout3")
+        self.layernorm1 = layer_norm(policy, "layernorm1")
+        self.layernorm2 = layer_norm(policy, "layernorm2")
+        self.layernorm3 = layer_norm(policy, "layernorm3")
+        self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
+        self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
+        self.dropout3 = Dropout(rate, dtype=policy, name="dropout3")
 
     def build(self, input_shape):
         for layer in (self.mha1, self.mha2, self.ffn, self.layernorm1, self.layernorm2,
@@ -139,23 +133,9 @@ class DecoderLayer(keras.layers.Layer):
             return x, weights_block1, weights_block2
         return x, weights_block1, weights_block2, {"self": outputs[2], "cross": cross_cache}
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "rate": self.rate,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-            }
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(EmbeddingStack):
+class Decoder(TransformerStack):
     """Target ids -> embeddings + positions -> `num_layers` `DecoderLayer`s.
 
     Args:
@@ -215,48 +195,24 @@ class Decoder(EmbeddingStack):
         **kwargs,
     ):
         super().__init__(**_config.layer_kwargs("Decoder", kwargs))
-        self.num_layers = _config.check_positive_int("num_layers", num_layers)
-        self.d_model = _config.check_positive_int("d_model", d_model)
-        self.num_heads = _config.check_positive_int("num_heads", num_heads)
-        self.dff = _config.check_positive_int("dff", dff)
-        self.target_vocab_size = _config.check_positive_int(
-            "target_vocab_size", target_vocab_size
-        )
-        self.maximum_position_encoding = _config.check_positive_int(
-            "maximum_position_encoding", maximum_position_encoding
-        )
-        self.rate = _config.check_rate("rate", rate)
-        self.norm_first = bool(norm_first)
-        self.activation = activation
-        self.position_encoding = position_encoding
-        self.pad_token_idx = _config.check_token_idx(
-            "pad_token_idx", pad_token_idx, target_vocab_size
-        )
-        _config.check_divisible(self.d_model, self.num_heads)
-
-        self._init_embedding(
+        self.target_vocab_size = target_vocab_size
+        self.dec_layers = self._init_stack(
+            DecoderLayer,
+            "decoder_layer",
+            "target_vocab_size",
             target_vocab_size,
+            num_layers,
             d_model,
+            num_heads,
+            dff,
             maximum_position_encoding,
             rate,
+            norm_first,
+            activation,
             position_encoding,
+            pad_token_idx,
             embedding,
         )
-        self.dec_layers = [
-            DecoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                rate,
-                norm_first=norm_first,
-                activation=activation,
-                dtype=self.dtype_policy,
-                name=f"decoder_layer{i + 1}",
-            )
-            for i in range(num_layers)
-        ]
-        if self.norm_first:
-            self.final_layernorm = _layer_norm(self.dtype_policy, "final_layernorm")
 
     def build(self, input_shape):
         self._build_stack(input_shape, self.dec_layers)
@@ -327,19 +283,5 @@ class Decoder(EmbeddingStack):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "target_vocab_size": self.target_vocab_size,
-                "maximum_position_encoding": self.maximum_position_encoding,
-                "rate": self.rate,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-                "position_encoding": self.position_encoding,
-                "pad_token_idx": self.pad_token_idx,
-            }
-        )
+        config["target_vocab_size"] = self.target_vocab_size
         return config

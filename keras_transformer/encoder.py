@@ -9,18 +9,14 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _config
-from keras_transformer._embedding import EmbeddingStack
+from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
 from keras_transformer.attention import MultiHeadAttention
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import as_attention_mask, create_padding_mask
 
 
-def _layer_norm(dtype_policy, name):
-    return keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype_policy, name=name)
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(keras.layers.Layer):
+class EncoderLayer(TransformerLayer):
     """Self-attention and a feed-forward network, each with residual and norm.
 
     Args:
@@ -63,22 +59,17 @@ class EncoderLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**_config.layer_kwargs("EncoderLayer", kwargs))
-        self.d_model = _config.check_positive_int("d_model", d_model)
-        self.num_heads = _config.check_positive_int("num_heads", num_heads)
-        self.dff = _config.check_positive_int("dff", dff)
-        self.rate = _config.check_rate("rate", rate)
-        self.norm_first = bool(norm_first)
-        self.activation = activation
+        self._init_args(d_model, num_heads, dff, rate, norm_first, activation)
 
         policy = self.dtype_policy
         self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
         self.ffn = point_wise_feed_forward_network(
             d_model, dff, activation, dtype=policy, name="ffn"
         )
-        self.layernorm1 = _layer_norm(policy, "layernorm1")
-        self.layernorm2 = _layer_norm(policy, "layernorm2")
-        self.dropout1 = keras.layers.Dropout(rate, dtype=policy, name="dropout1")
-        self.dropout2 = keras.layers.Dropout(rate, dtype=policy, name="dropout2")
+        self.layernorm1 = layer_norm(policy, "layernorm1")
+        self.layernorm2 = layer_norm(policy, "layernorm2")
+        self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
+        self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
 
     def build(self, input_shape):
         for layer in (self.mha, self.ffn, self.layernorm1, self.layernorm2):
@@ -120,23 +111,9 @@ class EncoderLayer(keras.layers.Layer):
             return mask
         return None
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "rate": self.rate,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-            }
-        )
-        return config
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(EmbeddingStack):
+class Encoder(TransformerStack):
     """Token ids -> embeddings + positions -> `num_layers` `EncoderLayer`s.
 
     Without an explicit `mask` the tutorial's padding mask is computed from the
@@ -199,48 +176,24 @@ class Encoder(EmbeddingStack):
         **kwargs,
     ):
         super().__init__(**_config.layer_kwargs("Encoder", kwargs))
-        self.num_layers = _config.check_positive_int("num_layers", num_layers)
-        self.d_model = _config.check_positive_int("d_model", d_model)
-        self.num_heads = _config.check_positive_int("num_heads", num_heads)
-        self.dff = _config.check_positive_int("dff", dff)
-        self.input_vocab_size = _config.check_positive_int(
-            "input_vocab_size", input_vocab_size
-        )
-        self.maximum_position_encoding = _config.check_positive_int(
-            "maximum_position_encoding", maximum_position_encoding
-        )
-        self.rate = _config.check_rate("rate", rate)
-        self.norm_first = bool(norm_first)
-        self.activation = activation
-        self.position_encoding = position_encoding
-        self.pad_token_idx = _config.check_token_idx(
-            "pad_token_idx", pad_token_idx, input_vocab_size
-        )
-        _config.check_divisible(self.d_model, self.num_heads)
-
-        self._init_embedding(
+        self.input_vocab_size = input_vocab_size
+        self.enc_layers = self._init_stack(
+            EncoderLayer,
+            "encoder_layer",
+            "input_vocab_size",
             input_vocab_size,
+            num_layers,
             d_model,
+            num_heads,
+            dff,
             maximum_position_encoding,
             rate,
+            norm_first,
+            activation,
             position_encoding,
+            pad_token_idx,
             embedding,
         )
-        self.enc_layers = [
-            EncoderLayer(
-                d_model,
-                num_heads,
-                dff,
-                rate,
-                norm_first=norm_first,
-                activation=activation,
-                dtype=self.dtype_policy,
-                name=f"encoder_layer{i + 1}",
-            )
-            for i in range(num_layers)
-        ]
-        if self.norm_first:
-            self.final_layernorm = _layer_norm(self.dtype_policy, "final_layernorm")
 
     def build(self, input_shape):
         self._build_stack(input_shape, self.enc_layers)
@@ -272,19 +225,5 @@ class Encoder(EmbeddingStack):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "input_vocab_size": self.input_vocab_size,
-                "maximum_position_encoding": self.maximum_position_encoding,
-                "rate": self.rate,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-                "position_encoding": self.position_encoding,
-                "pad_token_idx": self.pad_token_idx,
-            }
-        )
+        config["input_vocab_size"] = self.input_vocab_size
         return config

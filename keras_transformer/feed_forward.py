@@ -31,8 +31,7 @@ def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
     TensorShape([64, 50, 512])
     """
     kwargs = _config.layer_kwargs("point_wise_feed_forward_network", kwargs)
-    d_model = _config.check_positive_int("d_model", d_model)
-    dff = _config.check_positive_int("dff", dff)
+    _config.check_model_args(d_model=d_model, dff=dff)
     _config.check_choice("activation", activation, ACTIVATIONS)
     dtype = kwargs.pop("dtype", None)
     return keras.Sequential(

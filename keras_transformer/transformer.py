@@ -122,18 +122,24 @@ class Transformer(keras.Model):
         kwargs.setdefault("name", model_name)
         super().__init__(**kwargs)
         self.model_name = model_name
-        self.num_layers = _config.check_positive_int("num_layers", num_layers)
-        self.d_model = _config.check_positive_int("d_model", d_model)
-        self.num_heads = _config.check_positive_int("num_heads", num_heads)
-        self.dff = _config.check_positive_int("dff", dff)
-        self.input_vocab_size = _config.check_positive_int("input_vocab_size", input_vocab_size)
-        self.target_vocab_size = _config.check_positive_int(
-            "target_vocab_size", target_vocab_size
+        _config.check_model_args(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            dff=dff,
+            input_vocab_size=input_vocab_size,
+            target_vocab_size=target_vocab_size,
+            maximum_position_encoding=maximum_position_encoding,
+            rate=rate,
         )
-        self.maximum_position_encoding = _config.check_positive_int(
-            "maximum_position_encoding", maximum_position_encoding
-        )
-        self.rate = _config.check_rate("rate", rate)
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.input_vocab_size = input_vocab_size
+        self.target_vocab_size = target_vocab_size
+        self.maximum_position_encoding = maximum_position_encoding
+        self.rate = rate
         self.end_token_idx = _config.check_token_idx(
             "end_token_idx", end_token_idx, target_vocab_size
         )

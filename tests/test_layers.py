@@ -149,3 +149,18 @@ def test_token_ids_outside_the_vocabulary_are_a_value_error(bad_id):
     model = kt.Transformer(**tiny_kargs())
     with pytest.raises(ValueError, match=r"`x`.*\[0, 16\).*Received: ids"):
         model((tf.constant([[4, bad_id]]), tf.constant([[1, 4]])))
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_dropout_drops_at_the_rate_and_rescales_in_and_out_of_xla(jit_compile):
+    from keras_transformer._stack import Dropout
+
+    keras.utils.set_random_seed(0)
+    layer = Dropout(0.25)
+    x = tf.ones((200, 500))
+    out = tf.function(lambda x: layer(x, training=True), jit_compile=jit_compile)(x).numpy()
+    assert abs((out == 0).mean() - 0.25) < 0.01
+    np.testing.assert_allclose(out[out != 0], 1 / 0.75, rtol=1e-6)
+    second = tf.function(lambda x: layer(x, training=True), jit_compile=jit_compile)(x).numpy()
+    assert not np.array_equal(out, second)  # a fresh mask every call
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
