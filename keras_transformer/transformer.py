@@ -373,9 +373,8 @@ class Transformer(keras.Model):
         batch_size = tf.shape(inp)[0]
         enc_padding_mask = create_padding_mask(inp, self.pad_token_idx)  # (B, 1, 1, S)
         enc_output = self.encoder(inp, enc_padding_mask, training=False)  # (B, S, d_model)
-        if method == "beam":
-            enc_output = tf.repeat(enc_output, beam_size, axis=0)  # (B*K, S, d_model)
-            enc_padding_mask = tf.repeat(enc_padding_mask, beam_size, axis=0)
+        if method == "beam":  # row b * K + k is beam k of source b
+            enc_padding_mask = tf.repeat(enc_padding_mask, beam_size, axis=0)  # (B*K, 1, 1, S)
 
         def cached_step(tokens, index, cache):
             dec_output, weights, cache = self.decoder(
@@ -404,6 +403,8 @@ class Transformer(keras.Model):
 
         if use_cache:
             step, state = cached_step, self.decoder.init_cache(enc_output, max_length)
+            if method == "beam":  # encoder keys and values are projected once per source
+                state = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), state)
         else:
             prefix = tf.fill((batch_size, max_length), self.pad_token_idx)
             step, state = recompute_step, prefix
