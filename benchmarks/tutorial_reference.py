@@ -14,7 +14,7 @@ def _positions(length, d_model):
     return tf.constant(angles[None], tf.float32)
 
 
-class _Attention(keras.layers.Layer):
+class TutorialAttention(keras.layers.Layer):
     def __init__(self, d_model, num_heads):
         super().__init__()
         self.h, self.d = num_heads, d_model
@@ -33,15 +33,15 @@ class _Attention(keras.layers.Layer):
         return self.dense(out)
 
 
-class _Block(keras.layers.Layer):
+class TutorialBlock(keras.layers.Layer):
     def __init__(self, d_model, num_heads, dff, rate, cross):
         super().__init__()
-        self.attn = [_Attention(d_model, num_heads) for _ in range(2 if cross else 1)]
+        self.attn = [TutorialAttention(d_model, num_heads) for _ in range(2 if cross else 1)]
         self.ffn = keras.Sequential([keras.layers.Dense(dff, "relu"), keras.layers.Dense(d_model)])
         self.norms = [keras.layers.LayerNormalization(epsilon=1e-6) for _ in range(3)]
         self.drops = [keras.layers.Dropout(rate) for _ in range(3)]
 
-    def call(self, x, memory, self_mask, cross_mask, training):
+    def call(self, x, memory, self_mask, cross_mask, training=None):
         sources = [(x, self_mask), (memory, cross_mask)][: len(self.attn)]
         for i, (attn, (kv, mask)) in enumerate(zip(self.attn, sources)):
             kv = x if i == 0 else kv
@@ -58,8 +58,8 @@ class TutorialTransformer(keras.Model):
         self.pos = _positions(maximum_position_encoding, d_model)
         self.src_emb = keras.layers.Embedding(input_vocab_size, d_model)
         self.tgt_emb = keras.layers.Embedding(target_vocab_size, d_model)
-        self.enc = [_Block(d_model, num_heads, dff, rate, False) for _ in range(num_layers)]
-        self.dec = [_Block(d_model, num_heads, dff, rate, True) for _ in range(num_layers)]
+        self.enc = [TutorialBlock(d_model, num_heads, dff, rate, False) for _ in range(num_layers)]
+        self.dec = [TutorialBlock(d_model, num_heads, dff, rate, True) for _ in range(num_layers)]
         self.drop_src, self.drop_tgt = keras.layers.Dropout(rate), keras.layers.Dropout(rate)
         self.final_layer = keras.layers.Dense(target_vocab_size)
 
@@ -75,8 +75,8 @@ class TutorialTransformer(keras.Model):
         combined = tf.maximum(tf.cast(tf.equal(tar, 0), tf.float32)[:, None, None, :], look_ahead)
         x = self._embed(self.src_emb, self.drop_src, inp, training)
         for block in self.enc:
-            x = block(x, None, pad, None, training)
+            x = block(x, None, pad, None, training=training)
         y = self._embed(self.tgt_emb, self.drop_tgt, tar, training)
         for block in self.dec:
-            y = block(y, x, combined, pad, training)
+            y = block(y, x, combined, pad, training=training)
         return self.final_layer(y)
