@@ -327,7 +327,6 @@ class Transformer(keras.Model):
         if seed is None:
             seed = random.randrange(2**31)
 
-        key = (method, max_length, beam_size, top_k, return_attention_weights, jit_compile, use_cache)
         options = dict(
             method=method,
             max_length=max_length,
@@ -337,7 +336,7 @@ class Transformer(keras.Model):
             use_cache=use_cache,
         )
         decode = self._generate_fns.get(
-            key,
+            (jit_compile, *options.items()),
             lambda: tf.function(
                 lambda *args: self._decode(*args, **options), jit_compile=jit_compile
             ),
