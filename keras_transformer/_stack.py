@@ -33,6 +33,18 @@ class Dropout(keras.layers.Dropout):
         return tf.nn.experimental.stateless_dropout(inputs, self.rate, seed, rng_alg="threefry")
 
 
+class MaskByKeyword:
+    """Mixin for layers called as `layer(x, mask, ...)`, like the tutorial's.
+
+    Keras fills a `None` `mask` argument from the Keras mask of `x` and then
+    passes it by keyword, which collides with a positional `layer(x, None)`;
+    forwarding `mask` by keyword keeps the tutorial's call working.
+    """
+
+    def __call__(self, x, mask=None, **kwargs):
+        return super().__call__(x, mask=mask, **kwargs)
+
+
 def layer_norm(dtype_policy, name):
     """The tutorial's LayerNormalization (epsilon 1e-6)."""
     return keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype_policy, name=name)

@@ -9,14 +9,20 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _config
-from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
+from keras_transformer._stack import (
+    Dropout,
+    MaskByKeyword,
+    TransformerLayer,
+    TransformerStack,
+    layer_norm,
+)
 from keras_transformer.attention import MultiHeadAttention
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import as_attention_mask, create_padding_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class EncoderLayer(TransformerLayer):
+class EncoderLayer(MaskByKeyword, TransformerLayer):
     """Self-attention and a feed-forward network, each with residual and norm.
 
     Args:
@@ -75,11 +81,6 @@ class EncoderLayer(TransformerLayer):
         for layer in (self.mha, self.ffn, self.layernorm1, self.layernorm2):
             layer.build(input_shape)
 
-    def __call__(self, x, mask=None, **kwargs):
-        # Keras fills a `None` mask from the Keras mask of `x`; passing it by
-        # keyword keeps the tutorial's positional `layer(x, None)` working.
-        return super().__call__(x, mask=mask, **kwargs)
-
     def call(self, x, mask=None, training=None, return_attention_weights=False):
         mask = as_attention_mask(mask)
 
@@ -113,7 +114,7 @@ class EncoderLayer(TransformerLayer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(TransformerStack):
+class Encoder(MaskByKeyword, TransformerStack):
     """Token ids -> embeddings + positions -> `num_layers` `EncoderLayer`s.
 
     Without an explicit `mask` the tutorial's padding mask is computed from the
@@ -197,11 +198,6 @@ class Encoder(TransformerStack):
 
     def build(self, input_shape):
         self._build_stack(input_shape, self.enc_layers)
-
-    def __call__(self, x, mask=None, **kwargs):
-        # Keras fills a `None` mask from the Keras mask of `x`; passing it by
-        # keyword keeps the tutorial's positional `layer(x, None)` working.
-        return super().__call__(x, mask=mask, **kwargs)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False):
         mask = as_attention_mask(mask)
