@@ -128,8 +128,9 @@ def main():
     print(f"(c) at batch 64 vs (a), sentences/s: "
           f"{64 * tutorial / rows[('(c) compiled, cache', 64)]:.0f}x")
     for batch in (1, 64):
-        print(f"beam 4 / greedy time at batch {batch}: "
-              f"{rows[('(c) beam search, 4 beams', batch)] / rows[('(c) compiled, cache', batch)]:.2f}")
+        beam = rows[("(c) beam search, 4 beams", batch)]
+        greedy = rows[("(c) compiled, cache", batch)]
+        print(f"beam 4 / greedy time at batch {batch}: {beam / greedy:.2f}")
     print(f"96 / 24 new tokens time (cache, batch 1, max position 128): {long / short:.2f} "
           f"({short * 1e3:.0f} ms vs {long * 1e3:.0f} ms)")
 

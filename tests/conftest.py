@@ -5,7 +5,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
@@ -13,8 +12,6 @@ from keras_transformer.data import reverse_task  # noqa: E402
 
 VOCAB = 16
 MAX_SRC = 8
-
-__all__ = ["reverse_task", "tiny_kargs", "fit_reverse"]
 
 
 def tiny_kargs(**overrides):

@@ -1,13 +1,12 @@
 """Transformer.generate / inference: cached decoding equals recomputation, beam
 search, sampling, padding after <END>, mixed precision and XLA."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from conftest import reverse_task, tiny_kargs
+from keras_transformer.data import reverse_task
 
 PAD, SOS, END = 0, 1, 2
 

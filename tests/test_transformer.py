@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from conftest import fit_reverse, reverse_task, tiny_kargs
+from conftest import fit_reverse, tiny_kargs
+from keras_transformer.data import reverse_task
 
 
 def test_causality_future_decoder_tokens_change_no_earlier_logit(random_model):
