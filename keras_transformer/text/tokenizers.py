@@ -1,0 +1,387 @@
+"""Tokenizers built on TensorFlow and tensorflow-text ops.
+
+Every step of `tokenize` and `detokenize` is a TensorFlow op, so a tokenizer
+works eagerly, inside `tf.function`, inside a `tf.data` pipeline and inside a
+SavedModel. Three kinds share one interface:
+
+- `"word"`: the tutorial's preprocessing: delete the characters
+  `~.,!?"':;)(` and split on whitespace.
+- `"wordpiece"`: punctuation and symbols become tokens of their own, words are
+  split into sub-words (`"##"` marks a continuation) with a vocabulary learned
+  from the training text by tensorflow-text's WordPiece learner.
+- `"char"`: one token per character; `"▁"` stands for a space.
+
+All kinds first normalise the text: invalid UTF-8 bytes are replaced with
+U+FFFD, the text is NFC-normalised (Korean stays in precomposed syllables, no
+jamo splitting), lower-cased when `lower_case=True` (the default; Hangul has
+no case), and every run of control or separator characters becomes one space.
+The special tokens are `<PAD>`=0, `<SOS>`=1, `<END>`=2, `<UNK>`=3; no text
+ever tokenizes to the first three.
+"""
+
+import collections
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+
+PAD, SOS, END, UNK = 0, 1, 2, 3
+SPECIAL_TOKENS = ("<PAD>", "<SOS>", "<END>", "<UNK>")
+# The tutorial's FILTERS: characters deleted before splitting into words.
+TUTORIAL_FILTERS = r"[~.,!?\"':;)(]"
+SPACE_SYMBOL = "\u2581"  # "▁", how the char tokenizer writes a space.
+_SEPARATORS = r"[\p{Cc}\p{Z}]+"  # controls (tab, newline, ...) and Unicode spaces.
+_PUNCTUATION = r"[\p{P}\p{S}]"
+_TEXT_BATCH = 2048  # texts per step while counting words for a vocabulary.
+
+
+class Tokenizer(tf.Module):
+    """Base class: text <-> ragged token ids with a fixed vocabulary.
+
+    Args:
+        vocabulary: list of str. The tokens; index = id. Must start with
+            `SPECIAL_TOKENS` and hold no duplicates, empty strings or
+            whitespace.
+        lower_case: bool. Lower-case the text before splitting. Defaults to
+            `True`.
+        name: str. Module name. Defaults to the kind.
+    """
+
+    kind = None
+
+    def __init__(self, vocabulary, lower_case=True, name=None):
+        super().__init__(name=name or f"{self.kind}_tokenizer")
+        vocabulary = [str(token) for token in vocabulary]
+        _check_vocabulary(vocabulary)
+        self.vocabulary = vocabulary
+        self.lower_case = bool(lower_case)
+        self._tokens = tf.constant(vocabulary, dtype=tf.string)
+        self._table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                self._tokens, tf.range(len(vocabulary), dtype=tf.int64)
+            ),
+            default_value=UNK,
+        )
+
+    @property
+    def vocab_size(self):
+        """Number of tokens, special tokens included."""
+        return len(self.vocabulary)
+
+    def get_config(self):
+        """What `tokenizer_from_config` needs besides the vocabulary."""
+        return {"kind": self.kind, "lower_case": self.lower_case}
+
+    def normalize(self, strings):
+        """Strings `(B,)` -> normalised strings `(B,)` (see the module docstring)."""
+        return normalize_text(strings, self.lower_case)
+
+    @classmethod
+    def split(cls, strings):
+        """Normalised strings `(B,)` -> ragged string tokens `(B, None)`."""
+        raise NotImplementedError
+
+    @classmethod
+    def join(cls, tokens):
+        """Ragged string tokens `(B, None)` -> strings `(B,)`."""
+        raise NotImplementedError
+
+    def canonicalize(self, strings):
+        """Strings as `detokenize` writes them when no token is unknown.
+
+        Normalise, split and join, without the vocabulary: the form to compare
+        outputs with (BLEU, exact match).
+
+        Args:
+            strings: str, list of str or string tensor `(B,)`.
+
+        Returns:
+            string tensor of the same shape.
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        if strings.shape.rank == 0:
+            return self.canonicalize(strings[tf.newaxis])[0]
+        return self.join(self.split(self.normalize(strings)))
+
+    def _lookup(self, tokens):
+        """Ragged string tokens -> ragged int32 ids; unknown tokens -> `<UNK>`."""
+        ids = tf.ragged.map_flat_values(self._table.lookup, tokens)
+        return tf.cast(ids, tf.int32)
+
+    def tokenize(self, strings):
+        """Text -> token ids.
+
+        Args:
+            strings: str, list of str or string tensor, shape `()` or `(B,)`.
+
+        Returns:
+            `tf.RaggedTensor` int32 `(B, None)` (a dense `(n,)` tensor for a
+            scalar input). No id is `<PAD>`, `<SOS>` or `<END>`.
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        scalar = strings.shape.rank == 0
+        if scalar:
+            strings = strings[tf.newaxis]
+        ids = self._lookup(self.split(self.normalize(strings)))
+        # Text must never produce a control token (say, a literal "<END>").
+        ids = tf.ragged.map_flat_values(lambda x: tf.where(x <= END, UNK, x), ids)
+        return ids[0] if scalar else ids
+
+    def id_to_token(self, ids):
+        """Ids (dense or ragged, any int dtype) -> token strings of the same shape.
+
+        Ids outside the vocabulary read as `<UNK>`.
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        ids = tf.cast(ids, tf.int32)
+
+        def gather(flat):
+            flat = tf.where((flat >= 0) & (flat < self.vocab_size), flat, UNK)
+            return tf.gather(self._tokens, flat)
+
+        if isinstance(ids, tf.RaggedTensor):
+            return tf.ragged.map_flat_values(gather, ids)
+        return gather(ids)
+
+    def detokenize(self, ids):
+        """Token ids -> text.
+
+        Reads each row up to its first `<END>` and drops `<PAD>` and `<SOS>`,
+        so the output of `Transformer.generate` can be passed as it is.
+
+        Args:
+            ids: int tensor `(B, T)`, `tf.RaggedTensor` `(B, None)` or a
+                single row `(T,)`.
+
+        Returns:
+            string tensor `(B,)` (a scalar for a single row).
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        single = ids.shape.rank == 1
+        if single:
+            ids = ids[tf.newaxis]
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        ids = tf.cast(ids, tf.int32)
+        before_end = tf.math.cumsum(tf.cast(ids == END, tf.int32), axis=1) == 0
+        ids = tf.ragged.boolean_mask(ids, before_end & (ids != PAD) & (ids != SOS))
+        text = self.join(self.id_to_token(ids))
+        return text[0] if single else text
+
+    def save_vocabulary(self, path):
+        """Write the vocabulary to `path`, one token per line (UTF-8)."""
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write("\n".join(self.vocabulary) + "\n")
+
+    @classmethod
+    def learn_vocabulary(cls, word_counts, vocab_size):
+        """Token counts -> vocabulary list (special tokens first)."""
+        most_common = [token for token, _ in word_counts.most_common()]
+        return list(SPECIAL_TOKENS) + most_common[: vocab_size - len(SPECIAL_TOKENS)]
+
+    @classmethod
+    def from_texts(cls, texts, vocab_size=8000, lower_case=True, verbose=1):
+        """Learn a vocabulary from `texts` and return a tokenizer that uses it.
+
+        Args:
+            texts: iterable of str. Training text.
+            vocab_size: int. Largest vocabulary, special tokens included.
+                Defaults to `8000`.
+            lower_case: bool. Defaults to `True`.
+            verbose: int. `1` shows a progress bar while counting.
+
+        Returns:
+            A tokenizer of this class.
+        """
+        if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
+            raise ValueError(
+                "Received an invalid value for argument `vocab_size`, expected an "
+                f"integer > {len(SPECIAL_TOKENS)}. Received: vocab_size={vocab_size!r}"
+            )
+        texts = list(texts)
+        counts = collections.Counter()
+        progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="text")
+        for start in range(0, len(texts), _TEXT_BATCH):
+            batch = texts[start : start + _TEXT_BATCH]
+            tokens = cls.split(normalize_text(tf.constant(batch, dtype=tf.string), lower_case))
+            counts.update(token.decode("utf-8") for token in tokens.flat_values.numpy())
+            progress.update(start + len(batch))
+        counts.pop("", None)
+        vocabulary = cls.learn_vocabulary(counts, vocab_size)
+        return cls(vocabulary, lower_case=lower_case)
+
+
+class WordTokenizer(Tokenizer):
+    """The tutorial's word tokenizer: delete `~.,!?"':;)(`, split on spaces.
+
+    Example:
+
+    >>> tokenizer = WordTokenizer.from_texts(["가끔 궁금해", "가끔 뭐하는지 궁금해!"], verbose=0)
+    >>> tokenizer.detokenize(tokenizer.tokenize("가끔 궁금해?")).numpy().decode()
+    '가끔 궁금해'
+    """
+
+    kind = "word"
+
+    @classmethod
+    def split(cls, strings):
+        return tf.strings.split(tf.strings.regex_replace(strings, TUTORIAL_FILTERS, ""))
+
+    @classmethod
+    def join(cls, tokens):
+        return tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+
+
+class WordPieceTokenizer(Tokenizer):
+    """Sub-word tokenizer: tensorflow-text's fast WordPiece on words and punctuation.
+
+    A word the vocabulary cannot spell (a character never seen in training)
+    becomes one `<UNK>`.
+    """
+
+    kind = "wordpiece"
+    suffix_indicator = "##"
+
+    def __init__(self, vocabulary, lower_case=True, name=None):
+        super().__init__(vocabulary, lower_case=lower_case, name=name)
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            self.vocabulary,
+            suffix_indicator=self.suffix_indicator,
+            unknown_token=SPECIAL_TOKENS[UNK],
+            no_pretokenization=True,
+            token_out_type=tf.int64,
+        )
+
+    @classmethod
+    def split(cls, strings):
+        """Strings -> words, each punctuation mark or symbol a word of its own."""
+        return tf_text.regex_split(strings, rf"\s+|{_PUNCTUATION}", _PUNCTUATION)
+
+    def _lookup(self, words):
+        pieces = self._wordpiece.tokenize(words.flat_values)  # (words, None)
+        ids = words.with_flat_values(pieces).merge_dims(1, 2)  # (B, None)
+        return tf.cast(ids, tf.int32)
+
+    @classmethod
+    def join(cls, tokens):
+        """Glue `"##"` pieces to their word and closing punctuation to the left."""
+        text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+        text = tf.strings.regex_replace(text, rf"(^| ){cls.suffix_indicator}", "")
+        return tf.strings.regex_replace(text, r" ([.,!?;:)\]}])", r"\1")
+
+    @classmethod
+    def learn_vocabulary(cls, word_counts, vocab_size):
+        """tensorflow-text's WordPiece learner, then trimmed to `vocab_size`.
+
+        Every character of the corpus gets a token and a `"##"` twin, so any
+        word made of known characters can be spelled; the learner's other
+        tokens fill the remaining slots, most frequent first. (The learner
+        searches a count threshold and can overshoot `vocab_size` several
+        times over on corpora full of words seen once, like chat logs.)
+        """
+        if not word_counts:
+            return list(SPECIAL_TOKENS)
+        unique_chars = len({char for word in word_counts for char in word})
+        vocabulary = wordpiece_tokenizer_learner_lib.learn(
+            word_counts.items(),
+            vocab_size,
+            list(SPECIAL_TOKENS),
+            lower_thresh=1,
+            max_unique_chars=unique_chars,
+            joiner=cls.suffix_indicator,
+        )
+        if len(vocabulary) <= vocab_size:
+            return vocabulary
+
+        def required(token):
+            return token in SPECIAL_TOKENS or len(token.removeprefix(cls.suffix_indicator)) == 1
+
+        budget = vocab_size - sum(map(required, vocabulary))
+        kept = set([token for token in vocabulary if not required(token)][: max(budget, 0)])
+        return [token for token in vocabulary if required(token) or token in kept]
+
+
+class CharTokenizer(Tokenizer):
+    """One token per character; a space is the token `"▁"`."""
+
+    kind = "char"
+
+    @classmethod
+    def split(cls, strings):
+        strings = tf.strings.regex_replace(strings, " ", SPACE_SYMBOL)
+        return tf.strings.unicode_split(strings, "UTF-8")
+
+    @classmethod
+    def join(cls, tokens):
+        text = tf.strings.reduce_join(tokens, axis=-1)
+        return tf.strings.regex_replace(text, SPACE_SYMBOL, " ")
+
+
+def normalize_text(strings, lower_case=True):
+    """Replace bad UTF-8, NFC-normalise, lower-case, collapse whitespace.
+
+    Args:
+        strings: string tensor of any shape.
+        lower_case: bool. Defaults to `True`.
+
+    Returns:
+        string tensor of the same shape.
+    """
+    strings = tf.strings.unicode_transcode(
+        strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    strings = tf_text.normalize_utf8(strings, "NFC")
+    if lower_case:
+        strings = tf.strings.lower(strings, encoding="utf-8")
+    strings = tf.strings.regex_replace(strings, _SEPARATORS, " ")
+    return tf.strings.strip(strings)
+
+
+TOKENIZERS = {cls.kind: cls for cls in (WordTokenizer, WordPieceTokenizer, CharTokenizer)}
+
+
+def get_tokenizer_class(kind):
+    """`"word"`, `"wordpiece"` or `"char"` -> the tokenizer class."""
+    if kind not in TOKENIZERS:
+        raise ValueError(
+            "Received an invalid value for argument `tokenizer`, expected one of "
+            f"{sorted(TOKENIZERS)}. Received: tokenizer={kind!r}"
+        )
+    return TOKENIZERS[kind]
+
+
+def load_vocabulary(path):
+    """Read a vocabulary file written by `Tokenizer.save_vocabulary`."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    try:
+        _check_vocabulary(lines)
+    except ValueError as error:
+        raise ValueError(f"{path}: not a keras_transformer vocabulary: {error}") from None
+    return lines
+
+
+def tokenizer_from_config(config, vocabulary):
+    """Rebuild a tokenizer from `Tokenizer.get_config()` and its vocabulary."""
+    config = dict(config)
+    return get_tokenizer_class(config.pop("kind"))(vocabulary, **config)
+
+
+def _check_vocabulary(vocabulary):
+    if tuple(vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        raise ValueError(
+            f"the vocabulary must start with {list(SPECIAL_TOKENS)}; "
+            f"it starts with {vocabulary[: len(SPECIAL_TOKENS)]}"
+        )
+    seen = set()
+    for index, token in enumerate(vocabulary):
+        if not token or any(char.isspace() for char in token):
+            raise ValueError(f"token {index} ({token!r}) is empty or holds whitespace")
+        if token in seen:
+            raise ValueError(f"token {index} ({token!r}) is a duplicate")
+        seen.add(token)
