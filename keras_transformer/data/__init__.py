@@ -1,5 +1,25 @@
-"""Data the package generates itself, so that nothing is downloaded."""
+"""Data: file loaders, the built-in corpus and toy task, tf.data pipelines."""
 
+from keras_transformer.data.corpus import english_korean_corpus
+from keras_transformer.data.files import (
+    DataFileError,
+    load_chatbot_csv,
+    load_pairs,
+    load_parallel_tsv,
+    save_parallel_tsv,
+)
+from keras_transformer.data.pipeline import encode_pairs, make_dataset, truncation_stats
 from keras_transformer.data.toy import reverse_task
 
-__all__ = ["reverse_task"]
+__all__ = [
+    "DataFileError",
+    "encode_pairs",
+    "english_korean_corpus",
+    "load_chatbot_csv",
+    "load_pairs",
+    "load_parallel_tsv",
+    "make_dataset",
+    "reverse_task",
+    "save_parallel_tsv",
+    "truncation_stats",
+]
