@@ -20,11 +20,14 @@ ever tokenizes to the first three.
 """
 
 import collections
+import math
 
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+from tensorflow_text.tools.wordpiece_vocab import (
+    wordpiece_tokenizer_learner_lib as wordpiece_learner,
+)
 
 PAD, SOS, END, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<PAD>", "<SOS>", "<END>", "<UNK>")
@@ -177,7 +180,7 @@ class Tokenizer(tf.Module):
             f.write("\n".join(self.vocabulary) + "\n")
 
     @classmethod
-    def learn_vocabulary(cls, word_counts, vocab_size):
+    def learn_vocabulary(cls, word_counts, vocab_size, verbose=0):
         """Token counts -> vocabulary list (special tokens first)."""
         most_common = [token for token, _ in word_counts.most_common()]
         return list(SPECIAL_TOKENS) + most_common[: vocab_size - len(SPECIAL_TOKENS)]
@@ -210,7 +213,7 @@ class Tokenizer(tf.Module):
             counts.update(token.decode("utf-8") for token in tokens.flat_values.numpy())
             progress.update(start + len(batch))
         counts.pop("", None)
-        vocabulary = cls.learn_vocabulary(counts, vocab_size)
+        vocabulary = cls.learn_vocabulary(counts, vocab_size, verbose=verbose)
         return cls(vocabulary, lower_case=lower_case)
 
 
@@ -273,32 +276,63 @@ class WordPieceTokenizer(Tokenizer):
         return tf.strings.regex_replace(text, r" ([.,!?;:)\]}])", r"\1")
 
     @classmethod
-    def learn_vocabulary(cls, word_counts, vocab_size):
-        """tensorflow-text's WordPiece learner, then trimmed to `vocab_size`.
+    def learn_vocabulary(cls, word_counts, vocab_size, verbose=0):
+        """tensorflow-text's WordPiece learning, with a progress bar, trimmed to size.
 
-        Every character of the corpus gets a token and a `"##"` twin, so any
-        word made of known characters can be spelled; the learner's other
-        tokens fill the remaining slots, most frequent first. (The learner
-        searches a count threshold and can overshoot `vocab_size` several
-        times over on corpora full of words seen once, like chat logs.)
+        The learner keeps the sub-words counted at least `threshold` times; a
+        binary search looks for the threshold whose vocabulary fits
+        `vocab_size` (within 5%). On corpora full of words seen once, like
+        chat logs, no threshold fits: then the vocabulary of the threshold
+        just too small is taken and trimmed. Every character of the corpus
+        keeps a token and a `"##"` twin, so any word made of known characters
+        can be spelled; the other tokens are kept most frequent first.
         """
         if not word_counts:
             return list(SPECIAL_TOKENS)
-        unique_chars = len({char for word in word_counts for char in word})
-        vocabulary = wordpiece_tokenizer_learner_lib.learn(
-            word_counts.items(),
-            vocab_size,
-            list(SPECIAL_TOKENS),
-            lower_thresh=1,
-            max_unique_chars=unique_chars,
-            joiner=cls.suffix_indicator,
+        params = wordpiece_learner.Params(
+            upper_thresh=int(1e7), lower_thresh=1, num_iterations=4,
+            max_input_tokens=int(5e6), max_token_length=50,
+            max_unique_chars=len({char for word in word_counts for char in word}),
+            vocab_size=vocab_size, slack_ratio=0.05, include_joiner_token=True,
+            joiner=cls.suffix_indicator, reserved_tokens=list(SPECIAL_TOKENS),
         )
-        if len(vocabulary) <= vocab_size:
-            return vocabulary
+        counts = wordpiece_learner.get_input_words(
+            list(word_counts.items()), params.reserved_tokens, params.max_token_length
+        )
+        upper, lower = wordpiece_learner.get_search_threshs(
+            counts, params.upper_thresh, params.lower_thresh
+        )
+        counts = wordpiece_learner.filter_input_words(
+            counts, wordpiece_learner.get_allowed_chars(counts, params.max_unique_chars),
+            params.max_input_tokens,
+        )
+        progress = keras.utils.Progbar(math.ceil(math.log2(upper - lower + 2)), verbose=verbose,
+                                       unit_name="search step")
+        smallest_over = largest_fit = None
+        while lower <= upper:
+            threshold = (lower + upper) // 2
+            candidate = wordpiece_learner.learn_with_thresh(counts, threshold, params)
+            progress.add(1)
+            if len(candidate) > vocab_size:
+                smallest_over, lower = candidate, threshold + 1  # thresholds only rise
+            else:
+                largest_fit, upper = candidate, threshold - 1
+                if len(candidate) >= vocab_size * (1 - params.slack_ratio):
+                    break
+        progress.update(progress.target, finalize=True)
+        if largest_fit and len(largest_fit) >= vocab_size * (1 - params.slack_ratio):
+            return largest_fit
+        return cls._trim(smallest_over or largest_fit, vocab_size)
+
+    @classmethod
+    def _trim(cls, vocabulary, vocab_size):
+        """Keep special and single-character tokens, then the first others that fit."""
 
         def required(token):
             return token in SPECIAL_TOKENS or len(token.removeprefix(cls.suffix_indicator)) == 1
 
+        if len(vocabulary) <= vocab_size:
+            return vocabulary
         budget = vocab_size - sum(map(required, vocabulary))
         kept = set([token for token in vocabulary if not required(token)][: max(budget, 0)])
         return [token for token in vocabulary if required(token) or token in kept]
