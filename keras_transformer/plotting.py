@@ -1,0 +1,117 @@
+"""Matplotlib figures: training curves and attention heatmaps.
+
+Figures are built with `matplotlib.figure.Figure`, not pyplot, so they work
+without a display and show inline in Jupyter. Korean labels are drawn with
+NanumGothic (shipped by the `koreanize-matplotlib` package, used only as a
+font carrier), with DejaVu Sans as the fallback for other scripts.
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+from matplotlib import font_manager, rc_context
+from matplotlib.figure import Figure
+
+_KOREAN_FONT = "NanumGothic"
+
+
+def _font_family():
+    """Font list for our figures, registering NanumGothic once if it is installed."""
+    if _KOREAN_FONT not in {font.name for font in font_manager.fontManager.ttflist}:
+        spec = importlib.util.find_spec("koreanize_matplotlib")
+        if spec is None or not spec.submodule_search_locations:
+            return ["DejaVu Sans"]
+        path = os.path.join(spec.submodule_search_locations[0], "fonts", "NanumGothic.ttf")
+        if not os.path.isfile(path):
+            return ["DejaVu Sans"]
+        font_manager.fontManager.addfont(path)
+    return [_KOREAN_FONT, "DejaVu Sans"]
+
+
+def _style():
+    return rc_context({"font.family": _font_family(), "axes.unicode_minus": False})
+
+
+def _save(figure, path):
+    if path is not None:
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+    return figure
+
+
+def plot_history(history, path=None):
+    """Loss and accuracy per epoch, training and validation.
+
+    Args:
+        history: dict of lists, like `keras.callbacks.History.history`, with
+            `loss` and optionally `val_loss`, `masked_accuracy`,
+            `val_masked_accuracy`.
+        path: str. Save the figure there as PNG. Defaults to `None`.
+
+    Returns:
+        `matplotlib.figure.Figure`.
+    """
+    with _style():
+        figure = Figure(figsize=(10, 4), layout="constrained")
+        panels = (("loss", "Loss (masked, label-smoothed)", "loss"),
+                  ("masked_accuracy", "Token accuracy (masked)", "accuracy"))
+        for axis, (key, title, ylabel) in zip(figure.subplots(1, 2), panels):
+            for prefix, label in (("", "train"), ("val_", "validation")):
+                values = history.get(prefix + key)
+                if values:
+                    epochs = np.arange(1, len(values) + 1)
+                    axis.plot(epochs, values, marker="o", markersize=3, label=label)
+            axis.set_title(title)
+            axis.set_xlabel("epoch")
+            axis.set_ylabel(ylabel)
+            axis.grid(alpha=0.3)
+            if axis.has_data():
+                axis.legend()
+    return _save(figure, path)
+
+
+def plot_attention(attention, source_tokens, target_tokens, path=None, title=None):
+    """Heatmaps of attention weights, one per head.
+
+    Args:
+        attention: array `(heads, T, S)` or `(T, S)`: rows are target
+            (query) positions, columns source (key) positions.
+        source_tokens: list of str, length `S`: column labels.
+        target_tokens: list of str, length `T`: row labels.
+        path: str. Save the figure there as PNG. Defaults to `None`.
+        title: str. Figure title. Defaults to `"Attention"`.
+
+    Returns:
+        `matplotlib.figure.Figure`.
+    """
+    attention = np.asarray(attention, dtype=np.float32)
+    if attention.ndim == 2:
+        attention = attention[np.newaxis]
+    if attention.ndim != 3 or attention.shape[1:] != (len(target_tokens), len(source_tokens)):
+        raise ValueError(
+            "Received an invalid value for argument `attention`, expected shape "
+            f"(heads, {len(target_tokens)}, {len(source_tokens)}) matching the token "
+            f"lists. Received: attention.shape={attention.shape}"
+        )
+    heads = attention.shape[0]
+    columns = min(heads, 2 if heads <= 4 else 4)
+    rows = -(-heads // columns)
+    size = (max(3.0, 0.45 * len(source_tokens) + 1.5), max(2.5, 0.4 * len(target_tokens) + 1.2))
+    with _style():
+        figure = Figure(figsize=(size[0] * columns, size[1] * rows), layout="constrained")
+        axes = np.atleast_1d(figure.subplots(rows, columns, squeeze=False)).ravel()
+        for head, axis in enumerate(axes):
+            if head >= heads:
+                axis.set_visible(False)
+                continue
+            image = axis.imshow(attention[head], cmap="viridis", vmin=0.0, vmax=1.0,
+                                aspect="auto")
+            axis.set_xticks(range(len(source_tokens)), source_tokens, rotation=90)
+            axis.set_yticks(range(len(target_tokens)), target_tokens)
+            axis.set_xlabel("source token (key)")
+            if head % columns == 0:
+                axis.set_ylabel("target token (query)")
+            axis.set_title(f"head {head + 1}" if heads > 1 else "all heads")
+        figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention weight")
+        figure.suptitle(title or "Attention")
+    return _save(figure, path)

@@ -1,0 +1,204 @@
+"""`Translator`: a trained Transformer with its tokenizers, text in and text out.
+
+A translator directory holds everything needed to reload it:
+
+    model.keras          the Keras model (weights and configuration)
+    source_vocab.txt     the source vocabulary, one token per line
+    target_vocab.txt     the target vocabulary
+    config.json          tokenizer kinds and options, the maximum length
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.pipeline import encode_sources
+from keras_transformer.text.tokenizers import load_vocabulary, tokenizer_from_config
+from keras_transformer.transformer import Transformer
+
+MODEL_FILE = "model.keras"
+CONFIG_FILE = "config.json"
+SOURCE_VOCAB_FILE = "source_vocab.txt"
+TARGET_VOCAB_FILE = "target_vocab.txt"
+FORMAT_VERSION = 1
+
+
+class Translator:
+    """Text -> text with a `Transformer` and its source and target tokenizers.
+
+    Args:
+        model: `Transformer`.
+        source_tokenizer: `keras_transformer.text.Tokenizer` for the inputs.
+        target_tokenizer: `keras_transformer.text.Tokenizer` for the outputs.
+
+    Example:
+
+    >>> translator = Translator.load("runs/chatbot")  # doctest: +SKIP
+    >>> translator.translate(["가끔 궁금해"])  # doctest: +SKIP
+    ['그 사람도 그럴 거예요']
+    """
+
+    def __init__(self, model, source_tokenizer, target_tokenizer):
+        if not isinstance(model, Transformer):
+            raise TypeError(
+                "Received an invalid value for argument `model`, expected a "
+                f"keras_transformer.Transformer. Received: model={type(model).__name__}"
+            )
+        for name, tokenizer, size in (
+            ("source_tokenizer", source_tokenizer, model.input_vocab_size),
+            ("target_tokenizer", target_tokenizer, model.target_vocab_size),
+        ):
+            if tokenizer.vocab_size != size:
+                raise ValueError(
+                    f"Received an invalid value for argument `{name}`: its vocabulary "
+                    f"has {tokenizer.vocab_size} tokens but the model expects {size}."
+                )
+        self.model = model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+
+    @property
+    def max_length(self):
+        """Longest source (tokens) and longest output: `maximum_position_encoding`."""
+        return self.model.maximum_position_encoding
+
+    def encode(self, texts):
+        """Strings -> int32 ids `(B, max_length)`, cut to `max_length` and padded."""
+        ids = encode_sources(tf.constant(list(texts), dtype=tf.string), self.source_tokenizer,
+                             self.max_length)
+        return ids.to_tensor(shape=[None, self.max_length])
+
+    def generate_ids(self, texts, batch_size=64, verbose=0, **generate_kwargs):
+        """Strings -> int32 output ids `(B, n)` from `Transformer.generate`.
+
+        Every batch has the same shape (`min(batch_size, len(texts))` rows,
+        `max_length` columns), so the decoding loop is traced once.
+        """
+        texts = list(texts)
+        batch_size = min(batch_size, max(len(texts), 1))
+        outputs = []
+        progress = keras.utils.Progbar(len(texts), verbose=verbose, unit_name="sentence")
+        for start in range(0, len(texts), batch_size):
+            batch = texts[start : start + batch_size]
+            # Fill a short last batch with copies of its first sentence: they
+            # end as soon as the real rows do, which empty rows might not.
+            ids = self.encode(batch + batch[:1] * (batch_size - len(batch)))
+            tokens = self.model.generate(ids, **generate_kwargs)[: len(batch)]
+            outputs.append(tokens.numpy())
+            progress.update(start + len(batch))
+        width = max((out.shape[1] for out in outputs), default=0)
+        rows = [np.pad(out, [(0, 0), (0, width - out.shape[1])]) for out in outputs]
+        return np.concatenate(rows) if rows else np.zeros((0, 0), np.int32)
+
+    def translate(self, texts, batch_size=64, verbose=0, **generate_kwargs):
+        """Strings -> output strings, in order.
+
+        Args:
+            texts: str or list of str.
+            batch_size: int. Sentences decoded together. Defaults to `64`.
+            verbose: int. `1` shows a progress bar. Defaults to `0`.
+            **generate_kwargs: passed to `Transformer.generate` (`method`,
+                `beam_size`, `temperature`, ...).
+
+        Returns:
+            list of str (a str for a str input). A source longer than
+            `max_length` tokens is cut to its first `max_length` tokens.
+        """
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        if not texts:
+            return []
+        ids = self.generate_ids(texts, batch_size=batch_size, verbose=verbose,
+                                **generate_kwargs)
+        strings = [text.decode("utf-8") for text in self.target_tokenizer.detokenize(ids).numpy()]
+        return strings[0] if single else strings
+
+    def attention(self, text, layer=-1):
+        """Cross-attention of a greedy translation of `text`, for plotting.
+
+        Args:
+            text: str.
+            layer: int. Decoder layer. Defaults to `-1` (the last).
+
+        Returns:
+            `(weights (heads, T, S), source_tokens, target_tokens)`: `T` output
+            tokens (the last is `<END>` when produced), `S` source tokens.
+        """
+        ids = self.encode([text])
+        tokens, weights = self.model.generate(ids, return_attention_weights=True)
+        layer = range(self.model.num_layers)[layer]
+        weights = weights[f"decoder_layer{layer + 1}_block2"][0].numpy()  # (heads, n, S)
+        output = tokens[0].numpy()
+        length = int(np.sum(output > 0))
+        source_length = int(np.sum(ids[0].numpy() > 0))
+        source_tokens = self._token_strings(self.source_tokenizer, ids[0][:source_length])
+        target_tokens = self._token_strings(self.target_tokenizer, output[:length])
+        return weights[:, :length, :source_length], source_tokens, target_tokens
+
+    @staticmethod
+    def _token_strings(tokenizer, ids):
+        return [token.decode("utf-8") for token in tokenizer.id_to_token(ids).numpy()]
+
+    def save(self, directory):
+        """Write the model, both vocabularies and `config.json` into `directory`."""
+        os.makedirs(directory, exist_ok=True)
+        self.model.save(os.path.join(directory, MODEL_FILE))
+        self.source_tokenizer.save_vocabulary(os.path.join(directory, SOURCE_VOCAB_FILE))
+        self.target_tokenizer.save_vocabulary(os.path.join(directory, TARGET_VOCAB_FILE))
+        config = {
+            "format_version": FORMAT_VERSION,
+            "model": MODEL_FILE,
+            "source_tokenizer": dict(self.source_tokenizer.get_config(),
+                                     vocabulary=SOURCE_VOCAB_FILE),
+            "target_tokenizer": dict(self.target_tokenizer.get_config(),
+                                     vocabulary=TARGET_VOCAB_FILE),
+            "max_length": self.max_length,
+        }
+        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(config, f, ensure_ascii=False, indent=2)
+
+    @classmethod
+    def load(cls, directory):
+        """Reload a translator saved by `save` (or by `keras_transformer.train`).
+
+        Raises:
+            ValueError: naming the file, when a file is missing or unreadable.
+        """
+        config_path = os.path.join(directory, CONFIG_FILE)
+        config = _read_json(config_path)
+        try:
+            tokenizers = []
+            for key in ("source_tokenizer", "target_tokenizer"):
+                options = dict(config[key])
+                vocabulary = load_vocabulary(
+                    _existing(os.path.join(directory, options.pop("vocabulary")))
+                )
+                tokenizers.append(tokenizer_from_config(options, vocabulary))
+            model_path = _existing(os.path.join(directory, config["model"]))
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{config_path}: not a translator configuration ({error!r})") from None
+        try:
+            model = keras.models.load_model(model_path)
+        except Exception as error:  # Keras raises many types for a damaged file.
+            raise ValueError(f"{model_path}: cannot load the model ({error})") from error
+        return cls(model, *tokenizers)
+
+
+def _existing(path):
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    return path
+
+
+def _read_json(path):
+    try:
+        with open(_existing(path), encoding="utf-8") as f:
+            config = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return config
