@@ -1,92 +1,256 @@
-"""Command line: `python -m keras_transformer demo`.
+"""Command line: `python -m keras_transformer {demo,train,chat,translate}`.
 
-`demo` trains the tutorial's Transformer (small sizes) with `model.fit` on a
-task the package generates (reversing token sequences), decodes a held-out
-test split with greedy and beam search, prints samples, and ends with one JSON
-line `{"exact_match": .., "seconds": ..}`.
+- `demo`: train on the built-in English -> Korean corpus, score the held-out
+  test split, print samples, write plots, end with one JSON line.
+- `train`: train on a chatbot CSV or a parallel TSV; writes a model directory.
+- `chat`: answer lines from a model directory (interactive on a terminal;
+  otherwise exactly one answer line per input line on stdout).
+- `translate`: one output line per TEXT argument.
+
+Messages and progress go to stderr (Keras' training bars to stdout, except in
+`chat` and `translate`, whose stdout holds answers only). A user mistake (a
+missing file, a malformed line, a bad value) ends with one line on stderr and
+exit status 2.
 """
 
 import argparse
+import contextlib
+import inspect
 import json
 import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+DEMO_SIZES = {"train_size": 12000, "valid_size": 500, "test_size": 1000}
 
 
-def exact_match(predicted, targets, end_token_idx):
-    """Fraction of rows whose tokens up to and including `<END>` equal the target."""
-    hits = 0
-    for row, target in zip(predicted, targets):
-        want = list(target[: list(target).index(end_token_idx) + 1])
-        hits += list(row[: len(want)]) == want
-    return hits / len(targets)
+class UserError(Exception):
+    """A mistake in the command line or its files: reported in one line."""
+
+
+def _model_flags(parser, defaults):
+    group = parser.add_argument_group("model (the tutorial's kargs)")
+    group.add_argument("--num-layers", type=int, default=defaults["num_layers"])
+    group.add_argument("--d-model", type=int, default=defaults["d_model"])
+    group.add_argument("--num-heads", type=int, default=defaults["num_heads"])
+    group.add_argument("--dff", type=int, default=defaults["dff"])
+    group.add_argument("--rate", type=float, default=defaults["rate"], help="dropout rate")
+    group.add_argument("--max-length", type=int, default=defaults["max_length"],
+                       help="maximum_position_encoding; longer sentences are cut")
+    group.add_argument("--norm-first", action="store_true", help="pre-LayerNorm blocks")
+    group.add_argument("--activation", choices=("relu", "gelu"), default="relu")
+
+
+def _training_flags(parser, defaults):
+    group = parser.add_argument_group("training")
+    group.add_argument("--tokenizer", choices=("wordpiece", "word", "char"),
+                       default=defaults["tokenizer"])
+    group.add_argument("--vocab-size", type=int, default=defaults["vocab_size"],
+                       help="largest vocabulary per side")
+    group.add_argument("--batch-size", type=int, default=defaults["batch_size"])
+    group.add_argument("--epochs", type=int, default=defaults["epochs"])
+    group.add_argument("--patience", type=int, default=defaults["patience"],
+                       help="early stopping patience (epochs without a better val_loss)")
+    group.add_argument("--warmup-steps", type=int, default=None,
+                       help="learning-rate warm-up (default: a tenth of all steps, <= 4000)")
+    group.add_argument("--label-smoothing", type=float, default=defaults["label_smoothing"])
+    group.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                       help="stop training after SECONDS, then evaluate and save")
+    group.add_argument("--seed", type=int, default=defaults["seed"])
+    group.add_argument("--jit-compile", action="store_true", help="XLA-compile the train step")
+
+
+def _decoding_flags(parser):
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--method", choices=("greedy", "beam", "sample"), default="greedy")
+    group.add_argument("--beam-size", type=int, default=4)
+    group.add_argument("--temperature", type=float, default=1.0)
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--seed", type=int, default=None, help="sampling seed")
+
+
+def _train_options(args):
+    return {
+        "tokenizer": args.tokenizer,
+        "vocab_size": args.vocab_size,
+        "num_layers": args.num_layers,
+        "d_model": args.d_model,
+        "num_heads": args.num_heads,
+        "dff": args.dff,
+        "rate": args.rate,
+        "max_length": args.max_length,
+        "model_options": {"norm_first": args.norm_first, "activation": args.activation},
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "patience": args.patience,
+        "warmup_steps": args.warmup_steps,
+        "label_smoothing": args.label_smoothing,
+        "time_budget": args.time_budget,
+        "seed": args.seed,
+        "jit_compile": args.jit_compile,
+    }
+
+
+def _generate_options(args):
+    return {
+        "method": args.method,
+        "beam_size": args.beam_size,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+    }
 
 
 def demo(args):
-    import keras
+    from keras_transformer.data.corpus import english_korean_corpus
+    from keras_transformer.recipe import evaluate, progress_verbosity, train
 
-    import keras_transformer as kt
-    from keras_transformer.data import reverse_task
-
-    start = time.time()
-    keras.utils.set_random_seed(args.seed)
-    vocab_size, max_len = 24, 10
-    kargs = {
-        "model_name": "transformer",
-        "num_layers": 2,
-        "d_model": 64,
-        "num_heads": 4,
-        "dff": 128,
-        "input_vocab_size": vocab_size,
-        "target_vocab_size": vocab_size,
-        "maximum_position_encoding": max_len + 1,
-        "end_token_idx": 2,
-        "rate": 0.1,
-    }
-    print(f"kargs = {kargs}", file=sys.stderr)
-    train = reverse_task(4000, vocab_size, max_len=max_len, seed=args.seed)
-    test_inp, _, test_out = reverse_task(500, vocab_size, max_len=max_len, seed=args.seed + 1)
-
-    model = kt.Transformer(**kargs)
-    optimizer = keras.optimizers.Adam(
-        kt.CustomSchedule(kargs["d_model"], warmup_steps=400), beta_1=0.9, beta_2=0.98,
-        epsilon=1e-9,
-    )
-    model.compile(optimizer, loss=kt.masked_loss, metrics=[kt.masked_accuracy])
-    index_inputs, index_outputs, index_targets = train
-    model.fit(
-        [index_inputs, index_outputs],
-        index_targets,
-        batch_size=64,
-        epochs=args.epochs,
-        validation_split=0.1,
-        verbose=1 if sys.stderr.isatty() else 2,
-    )
-
-    greedy = model.generate(test_inp).numpy()
-    beam = model.generate(test_inp, method="beam", beam_size=4).numpy()
-    for row in range(3):
-        print(f"source {test_inp[row][test_inp[row] > 0].tolist()}", file=sys.stderr)
-        print(f"  greedy {model.inference(test_inp[row])}", file=sys.stderr)
-        print(f"  beam   {beam[row][beam[row] > 2].tolist()}", file=sys.stderr)
-    result = {
-        "exact_match": round(exact_match(greedy, test_out, model.end_token_idx), 4),
-        "exact_match_beam": round(exact_match(beam, test_out, model.end_token_idx), 4),
-        "seconds": round(time.time() - start, 1),
-    }
-    print(json.dumps(result))
+    start = time.monotonic()
+    corpus = english_korean_corpus(seed=args.seed, **DEMO_SIZES)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
+        result = train(corpus["train"], args.out, corpus["valid"], **_train_options(args))
+        print(f"Decoding the test split ({len(corpus['test'])} sentences with (subject, "
+              "verb) pairs never seen in training)")
+        scores, hypotheses, references = evaluate(result.translator, corpus["test"],
+                                                  verbose=progress_verbosity(1))
+    for (source, _), hypothesis, reference in list(zip(corpus["test"], hypotheses,
+                                                       references))[:5]:
+        mark = "ok" if hypothesis == reference else "WRONG"
+        print(f"  [{mark}] {source}\n        -> {hypothesis}", file=sys.stderr)
+    print(f"Plots and the model are in {os.path.abspath(args.out)}", file=sys.stderr)
+    summary = dict(scores, seconds=round(time.monotonic() - start, 1))
+    print(json.dumps(summary))
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m keras_transformer")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo_parser = commands.add_parser(
-        "demo", help="train on a built-in toy task and report exact match"
+def train_command(args):
+    from keras_transformer.data.files import load_pairs
+    from keras_transformer.recipe import train
+
+    pairs = load_pairs(args.data, args.format)
+    valid = load_pairs(args.valid, args.format) if args.valid else None
+    shared = args.format == "chatbot" if args.shared_vocabulary is None else args.shared_vocabulary
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
+        result = train(pairs, args.out, valid, shared_vocabulary=shared, **_train_options(args))
+    print(json.dumps(result.metrics))
+    return 0
+
+
+def _load_translator(directory):
+    from keras_transformer.translator import Translator
+
+    if not os.path.isdir(directory):
+        raise UserError(f"{directory}: no such model directory")
+    return Translator.load(directory)
+
+
+def chat(args):
+    translator = _load_translator(args.model)
+    options = _generate_options(args)
+    if sys.stdin.isatty():
+        print("Type a sentence and press Enter; an empty line or Ctrl-D ends.", file=sys.stderr)
+        while True:
+            try:
+                line = input("> ")
+            except EOFError:
+                break
+            if not line.strip():
+                break
+            print(translator.translate(line, **options), flush=True)
+        return 0
+    for line in sys.stdin:
+        print(translator.translate(line.rstrip("\n"), **options), flush=True)
+    return 0
+
+
+def translate(args):
+    translator = _load_translator(args.model)
+    for output in translator.translate(args.text, **_generate_options(args)):
+        print(output)
+    return 0
+
+
+def _train_defaults():
+    """The keyword defaults of `keras_transformer.train`, the one place they live."""
+    from keras_transformer.recipe import train
+
+    return {name: parameter.default
+            for name, parameter in inspect.signature(train).parameters.items()
+            if parameter.default is not inspect.Parameter.empty}
+
+
+def build_parser():
+    defaults = _train_defaults()
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer",
+        description="Train and use the Transformer of the Korean TF2 chatbot tutorial.",
     )
-    demo_parser.add_argument("--epochs", type=int, default=30)
-    demo_parser.add_argument("--seed", type=int, default=0)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo_parser = commands.add_parser(
+        "demo", help="train on the built-in English -> Korean corpus and score it",
+        description="Train on the built-in English -> Korean corpus, evaluate on its test "
+        "split of unseen (subject, verb) combinations, write plots, print one JSON line.",
+    )
+    _model_flags(demo_parser, dict(defaults, **DEMO_DEFAULTS))
+    _training_flags(demo_parser, dict(defaults, **DEMO_DEFAULTS))
+    demo_parser.add_argument("--out", default="keras_transformer_demo",
+                             help="output directory (default: %(default)s)")
+    demo_parser.set_defaults(run=demo)
+
+    train_parser = commands.add_parser(
+        "train", help="train on your data (chatbot CSV or parallel TSV)",
+        description="Train on a chatbot CSV (columns Q,A) or a source<TAB>target file. "
+        "Re-run the same command to resume an interrupted run.",
+    )
+    train_parser.add_argument("--data", required=True, help="training file")
+    train_parser.add_argument("--format", required=True, choices=("chatbot", "tsv"))
+    train_parser.add_argument("--out", required=True, help="output directory")
+    train_parser.add_argument("--valid", help="validation file (default: 10%% of --data)")
+    train_parser.add_argument(
+        "--shared-vocabulary", action=argparse.BooleanOptionalAction, default=None,
+        help="one vocabulary for both sides (default: on for chatbot, off for tsv)",
+    )
+    _model_flags(train_parser, defaults)
+    _training_flags(train_parser, defaults)
+    train_parser.set_defaults(run=train_command)
+
+    chat_parser = commands.add_parser("chat", help="answer lines with a trained model")
+    chat_parser.add_argument("--model", required=True, help="directory written by train")
+    _decoding_flags(chat_parser)
+    chat_parser.set_defaults(run=chat)
+
+    translate_parser = commands.add_parser("translate", help="translate the given texts")
+    translate_parser.add_argument("--model", required=True, help="directory written by train")
+    translate_parser.add_argument("text", nargs="+", metavar="TEXT")
+    _decoding_flags(translate_parser)
+    translate_parser.set_defaults(run=translate)
+    return parser
+
+
+DEMO_DEFAULTS = {
+    "tokenizer": "word",
+    "vocab_size": 1000,
+    "num_layers": 2,
+    "d_model": 128,
+    "num_heads": 4,
+    "dff": 256,
+    "max_length": 16,
+    "epochs": 8,
+}
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
-    return demo(args)
+    try:
+        return args.run(args)
+    except (UserError, ValueError, OSError) as error:
+        print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        hint = " (run the same command again to resume)" if args.command == "train" else ""
+        print(f"{parser.prog} {args.command}: interrupted{hint}", file=sys.stderr)
+        return 130
