@@ -4,6 +4,7 @@ library-grade Keras 3 layers."""
 from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
 from keras_transformer.decoder import Decoder, DecoderLayer
 from keras_transformer.encoder import Encoder, EncoderLayer
+from keras_transformer.export import export_saved_model
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import create_look_ahead_mask, create_masks, create_padding_mask
 from keras_transformer.positional import get_angles, positional_encoding
@@ -29,6 +30,7 @@ __all__ = [
     "create_masks",
     "create_padding_mask",
     "evaluate",
+    "export_saved_model",
     "get_angles",
     "masked_accuracy",
     "masked_loss",

@@ -6,6 +6,9 @@
 - `chat`: answer lines from a model directory (interactive on a terminal;
   otherwise exactly one answer line per input line on stdout).
 - `translate`: one output line per TEXT argument.
+- `export`: a string-in, string-out SavedModel of a model directory.
+- `saved-model-cli`: TensorFlow's `saved_model_cli` with the tensorflow-text
+  ops registered, so that `run` works on exported models.
 
 Messages and progress go to stderr (Keras' training bars to stdout, except in
 `chat` and `translate`, whose stdout holds answers only). A user mistake (a
@@ -172,6 +175,25 @@ def translate(args):
     return 0
 
 
+def export(args):
+    from keras_transformer.export import export_saved_model
+
+    translator = _load_translator(args.model)
+    print(export_saved_model(translator.model, translator.source_tokenizer,
+                             translator.target_tokenizer, args.out, method=args.method,
+                             beam_size=args.beam_size))
+    return 0
+
+
+def saved_model_cli(args):
+    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
+    from tensorflow.python.tools import saved_model_cli as tool
+
+    sys.argv = ["saved_model_cli", *args.arguments]
+    tool.main()
+    return 0
+
+
 def _train_defaults():
     """The keyword defaults of `keras_transformer.train`, the one place they live."""
     from keras_transformer.recipe import train
@@ -227,6 +249,24 @@ def build_parser():
     translate_parser.add_argument("text", nargs="+", metavar="TEXT")
     _decoding_flags(translate_parser)
     translate_parser.set_defaults(run=translate)
+
+    export_parser = commands.add_parser(
+        "export", help="write a string-in, string-out SavedModel",
+        description="Export a model directory as a SavedModel with signature "
+        "serving_default: text (string) -> text, token_ids.",
+    )
+    export_parser.add_argument("--model", required=True, help="directory written by train")
+    export_parser.add_argument("--out", required=True, help="SavedModel directory (replaced)")
+    export_parser.add_argument("--method", choices=("greedy", "beam"), default="greedy")
+    export_parser.add_argument("--beam-size", type=int, default=4)
+    export_parser.set_defaults(run=export)
+
+    cli_parser = commands.add_parser(
+        "saved-model-cli", add_help=False,
+        help="TensorFlow's saved_model_cli with the tensorflow-text ops registered",
+    )
+    cli_parser.add_argument("arguments", nargs=argparse.REMAINDER)
+    cli_parser.set_defaults(run=saved_model_cli)
     return parser
 
 
