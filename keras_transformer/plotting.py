@@ -109,8 +109,7 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
             axis.set_xticks(range(len(source_tokens)), source_tokens, rotation=90)
             axis.set_yticks(range(len(target_tokens)), target_tokens)
             axis.set_xlabel("source token (key)")
-            if head % columns == 0:
-                axis.set_ylabel("target token (query)")
+            axis.set_ylabel("target token (query)")
             axis.set_title(f"head {head + 1}" if heads > 1 else "all heads")
         figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention weight")
         figure.suptitle(title or "Attention")

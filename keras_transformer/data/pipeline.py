@@ -70,7 +70,9 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
         batch_size: int. Defaults to `64`.
         shuffle: bool. Defaults to `False`.
         seed: int or `None`. Shuffle seed. Defaults to `None`.
-        bucket: bool. Group rows by length. Defaults to `True`.
+        bucket: bool. Group rows by length. Defaults to `True`. The number
+            of batches is then unknown to TensorFlow (`cardinality()` is
+            `UNKNOWN`); `bucket=False` keeps it known.
         drop_remainder: bool. Drop a last, smaller batch. Defaults to `False`.
 
     Returns:

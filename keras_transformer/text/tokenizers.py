@@ -42,6 +42,10 @@ _TEXT_BATCH = 2048  # texts per step while counting words for a vocabulary.
 class Tokenizer(tf.Module):
     """Base class: text <-> ragged token ids with a fixed vocabulary.
 
+    A kind defines two class methods: `split(strings)`, normalised strings
+    `(B,)` -> ragged string tokens `(B, None)`, and `join(tokens)`, the way
+    back to strings `(B,)`.
+
     Args:
         vocabulary: list of str. The tokens; index = id. Must start with
             `SPECIAL_TOKENS` and hold no duplicates, empty strings or
@@ -79,16 +83,6 @@ class Tokenizer(tf.Module):
     def normalize(self, strings):
         """Strings `(B,)` -> normalised strings `(B,)` (see the module docstring)."""
         return normalize_text(strings, self.lower_case)
-
-    @classmethod
-    def split(cls, strings):
-        """Normalised strings `(B,)` -> ragged string tokens `(B, None)`."""
-        raise NotImplementedError
-
-    @classmethod
-    def join(cls, tokens):
-        """Ragged string tokens `(B, None)` -> strings `(B,)`."""
-        raise NotImplementedError
 
     def canonicalize(self, strings):
         """Strings as `detokenize` writes them when no token is unknown.
