@@ -190,8 +190,7 @@ def saved_model_cli(args):
     from tensorflow.python.tools import saved_model_cli as tool
 
     sys.argv = ["saved_model_cli", *args.arguments]
-    tool.main()
-    return 0
+    tool.main()  # absl's app.run: exits the process with the tool's status
 
 
 def _train_defaults():
