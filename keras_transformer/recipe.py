@@ -385,9 +385,14 @@ def train(
     with open(os.path.join(out_dir, METRICS_FILE), "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2)
     plot_history(history, os.path.join(out_dir, HISTORY_PLOT))
-    weights, source_tokens, target_tokens = translator.attention(valid_pairs[0][0])
-    plot_attention(weights, source_tokens, target_tokens, os.path.join(out_dir, ATTENTION_PLOT),
-                   title=f"Cross-attention, last decoder layer: {valid_pairs[0][0]}")
+    # The first validation source with a token and an output to show.
+    for source, _ in valid_pairs:
+        weights, source_tokens, target_tokens = translator.attention(source)
+        if weights.size:
+            plot_attention(weights, source_tokens, target_tokens,
+                           os.path.join(out_dir, ATTENTION_PLOT),
+                           title=f"Cross-attention, last decoder layer: {source}")
+            break
     _log(f"Validation: BLEU {metrics['bleu']}, chrF {metrics['chrf']}, exact match "
          f"{metrics['exact_match']}. Saved to {out_dir}", verbose)
     return TrainResult(translator, history, metrics, out_dir)
