@@ -26,6 +26,7 @@ import tempfile
 import tensorflow as tf
 
 from keras_transformer import _config
+from keras_transformer.data.pipeline import padded_sources
 from keras_transformer.transformer import METHODS
 
 VOCABULARY_FILES = ("source_vocab.txt", "target_vocab.txt")
@@ -60,9 +61,8 @@ class TranslatorModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def translate(self, text):
         """Strings `(B,)` -> `{"text": (B,) strings, "token_ids": (B, n) int32}`."""
-        width = self.model.maximum_position_encoding
-        ids = self.source_tokenizer.tokenize(text)[:, :width]
-        ids = ids.to_tensor(shape=[None, width])  # (B, S), padded with <PAD>
+        ids = padded_sources(text, self.source_tokenizer,
+                             self.model.maximum_position_encoding)  # (B, S)
         tokens = self.model.generate(ids, **self._options)
         return {"text": self.target_tokenizer.detokenize(tokens), "token_ids": tokens}
 

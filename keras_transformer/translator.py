@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.data.pipeline import encode_sources
+from keras_transformer.data.pipeline import padded_sources
 from keras_transformer.text.tokenizers import load_vocabulary, tokenizer_from_config
 from keras_transformer.transformer import Transformer
 
@@ -67,9 +67,8 @@ class Translator:
 
     def encode(self, texts):
         """Strings -> int32 ids `(B, max_length)`, cut to `max_length` and padded."""
-        ids = encode_sources(tf.constant(list(texts), dtype=tf.string), self.source_tokenizer,
-                             self.max_length)
-        return ids.to_tensor(shape=[None, self.max_length])
+        return padded_sources(tf.constant(list(texts), dtype=tf.string), self.source_tokenizer,
+                              self.max_length)
 
     def generate_ids(self, texts, batch_size=64, verbose=0, **generate_kwargs):
         """Strings -> int32 output ids `(B, n)` from `Transformer.generate`.

@@ -19,6 +19,14 @@ def encode_sources(strings, tokenizer, max_length):
     return tokenizer.tokenize(strings)[:, :max_length]
 
 
+def padded_sources(strings, tokenizer, max_length):
+    """Source strings `(B,)` -> int32 ids `(B, max_length)`, cut and padded with `<PAD>`.
+
+    The fixed width lets a decoding loop be traced once for every batch.
+    """
+    return encode_sources(strings, tokenizer, max_length).to_tensor(shape=[None, max_length])
+
+
 def encode_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length):
     """Strings -> `(inp, dec_in, dec_out)` ragged int32 `(B, None)` tensors.
 
