@@ -31,6 +31,13 @@ class UserError(Exception):
     """A mistake in the command line or its files: reported in one line."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """`argparse` that reports a bad command line in one line, not a usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _model_flags(parser, defaults):
     group = parser.add_argument_group("model (the tutorial's kargs)")
     group.add_argument("--num-layers", type=int, default=defaults["num_layers"])
@@ -61,6 +68,14 @@ def _training_flags(parser, defaults):
                        help="stop training after SECONDS, then evaluate and save")
     group.add_argument("--seed", type=int, default=defaults["seed"])
     group.add_argument("--jit-compile", action="store_true", help="XLA-compile the train step")
+    group.add_argument("--mixed-precision", choices=("bf16", "fp16"), default=None,
+                       help="mixed_bfloat16 or mixed_float16 (with loss scaling) training")
+    group.add_argument("--static-shape", action="store_true",
+                       help="pad every batch to --max-length and drop the last smaller one "
+                       "(one shape to compile: TPUs, XLA)")
+    group.add_argument("--strategy", choices=("mirrored", "multi_worker", "tpu"), default=None,
+                       help="tf.distribute strategy; --batch-size is the global batch "
+                       "(multi_worker: run one process per worker, each with its TF_CONFIG)")
 
 
 def _decoding_flags(parser):
@@ -92,6 +107,9 @@ def _train_options(args):
         "time_budget": args.time_budget,
         "seed": args.seed,
         "jit_compile": args.jit_compile,
+        "mixed_precision": args.mixed_precision,
+        "static_shape": args.static_shape,
+        "strategy": args.strategy,
     }
 
 
@@ -204,7 +222,7 @@ def _train_defaults():
 
 def build_parser():
     defaults = _train_defaults()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-transformer",
         description="Train and use the Transformer of the Korean TF2 chatbot tutorial.",
     )

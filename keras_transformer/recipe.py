@@ -13,15 +13,20 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
 import keras
 import numpy as np
 import sacrebleu
+import tensorflow as tf
 
 from keras_transformer import _config
+from keras_transformer._files import write_text
+from keras_transformer.callbacks import Backup, BestWeights, EarlyStopping, TimeBudget
 from keras_transformer.data.pipeline import make_dataset, truncation_stats
+from keras_transformer.distribute import dtype_policy, get_strategy, worker_directory
 from keras_transformer.plotting import plot_attention, plot_history
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
@@ -62,27 +67,6 @@ class TrainResult:
     history: dict
     metrics: dict
     out_dir: str
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stop training cleanly once `seconds` have passed since `fit` began.
-
-    The batch that is running finishes; the epoch ends early (validation and
-    the epoch-end callbacks still run).
-    """
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-        self.stopped = False
-
-    def on_train_begin(self, logs=None):
-        self._start = time.monotonic()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.monotonic() - self._start >= self.seconds:
-            self.model.stop_training = True
-            self.stopped = True
 
 
 def translation_metrics(hypotheses, references):
@@ -142,11 +126,15 @@ def split_pairs(pairs, valid_fraction=0.1, seed=0):
 
 
 def read_history(path):
-    """`history.csv` written by `keras.callbacks.CSVLogger` -> dict of lists."""
+    """`history.csv` written by `keras.callbacks.CSVLogger` -> dict of lists.
+
+    An epoch logged twice (trained again after a kill that came between its
+    log line and its backup) counts once, with its last values.
+    """
     if not os.path.isfile(path):
         return {}
     with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+        rows = list({row.get("epoch"): row for row in csv.DictReader(f)}.values())
     return {key: [float(row[key]) for row in rows if row.get(key) not in (None, "")]
             for key in (rows[0] if rows else {})}
 
@@ -217,6 +205,9 @@ def train(
     valid_fraction=0.1,
     seed=0,
     jit_compile=False,
+    mixed_precision=None,
+    static_shape=False,
+    strategy=None,
     callbacks=None,
     samples=5,
     verbose=1,
@@ -263,6 +254,21 @@ def train(
             `0`.
         jit_compile: bool. Compile the training step with XLA. Defaults to
             `False`.
+        mixed_precision: `None`, `"bf16"` (`mixed_bfloat16`: TPUs, recent
+            GPUs and CPUs) or `"fp16"` (`mixed_float16`, with dynamic loss
+            scaling: GPUs). Logits, softmax and the loss stay in float32.
+            Defaults to `None` (float32).
+        static_shape: bool. Every batch `(batch_size, max_length)`, the last
+            smaller one dropped: one shape to compile (TPUs need it; XLA then
+            compiles once). Defaults to `False` (batches padded to their
+            longest row).
+        strategy: `None`, a `tf.distribute.Strategy`, or `"mirrored"`,
+            `"multi_worker"`, `"tpu"` (see
+            `keras_transformer.distribute.get_strategy`). `batch_size` is the
+            global batch, split over the replicas; the loss is averaged over
+            the global batch's tokens, so the updates equal one device's.
+            With `"tpu"`, `static_shape` is on. Workers other than the chief
+            write into `out_dir/worker-<index>`. Defaults to `None`.
         callbacks: list of extra `keras.callbacks.Callback`. Defaults to `None`.
         samples: int. Validation samples printed at the end. Defaults to `5`.
         verbose: int. `0` silent, `1` progress bars and messages (on stderr,
@@ -272,11 +278,16 @@ def train(
         `TrainResult`.
     """
     start = time.monotonic()
+    strategy = get_strategy(strategy)  # first: some strategies configure the runtime.
+    policy = dtype_policy(mixed_precision)
+    static_shape = static_shape or isinstance(strategy, tf.distribute.TPUStrategy)
     for name, value in (("num_layers", num_layers), ("d_model", d_model),
                         ("num_heads", num_heads), ("dff", dff), ("max_length", max_length),
                         ("batch_size", batch_size), ("epochs", epochs),
                         ("vocab_size", vocab_size)):
         _config.check_positive_int(name, value)
+    _config.check_divisible(d_model, num_heads)
+    _config.check_rate("rate", rate)
     _config.check_non_negative_int("patience", patience)
     _config.check_rate("label_smoothing", label_smoothing)
     _config.check_rate("valid_fraction", valid_fraction)
@@ -293,6 +304,18 @@ def train(
     valid_pairs = list(valid_pairs)
     if not valid_pairs:
         raise ValueError("Received an invalid value for argument `valid_pairs`: it is empty.")
+    replicas = strategy.num_replicas_in_sync
+    if static_shape and len(train_pairs) < batch_size:
+        raise ValueError(
+            f"static_shape drops the last smaller batch, and the {len(train_pairs)} training "
+            f"pairs do not fill one batch of {batch_size}: lower `batch_size`"
+        )
+    if batch_size % replicas:
+        raise ValueError(
+            f"batch_size={batch_size} is the global batch and must divide evenly over the "
+            f"{replicas} replicas of the strategy"
+        )
+    out_dir = worker_directory(out_dir)
     keras.utils.set_random_seed(seed)
     os.makedirs(out_dir, exist_ok=True)
     _log(f"{len(train_pairs)} training pairs, {len(valid_pairs)} validation pairs", verbose)
@@ -307,12 +330,6 @@ def train(
         f"sources and {stats['truncated_targets']} targets of {stats['pairs']} pairs",
         verbose,
     )
-    # Padded batches rather than length buckets: the number of batches is
-    # known, so the first epoch gets a real progress bar.
-    train_data = make_dataset(train_pairs, source_tokenizer, target_tokenizer, max_length,
-                              batch_size, shuffle=True, seed=seed, bucket=False)
-    valid_data = make_dataset(valid_pairs, source_tokenizer, target_tokenizer, max_length,
-                              batch_size, bucket=False)
 
     kargs = {
         "model_name": "transformer",
@@ -326,40 +343,60 @@ def train(
         "end_token_idx": 2,
         "rate": rate,
     }
-    model = Transformer(**kargs, **(model_options or {}))
-    model.build(((None, None), (None, None)))
+    steps_per_epoch = (len(train_pairs) // batch_size if static_shape
+                       else math.ceil(len(train_pairs) / batch_size))
     if warmup_steps is None:
-        total_steps = math.ceil(len(train_pairs) / batch_size) * epochs
-        warmup_steps = min(4000, max(1, total_steps // 10))
-    optimizer = keras.optimizers.Adam(
-        CustomSchedule(d_model, warmup_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9
-    )
-    model.compile(optimizer, loss=MaskedLoss(label_smoothing=label_smoothing),
-                  metrics=[masked_accuracy], jit_compile=jit_compile)
+        warmup_steps = min(4000, max(1, steps_per_epoch * epochs // 10))
+    with strategy.scope():
+        # Fp16 gets Keras' dynamic loss scaling from `compile` (its policy
+        # is `mixed_float16`).
+        model = Transformer(**kargs, **dict(model_options or {}, dtype=policy))
+        model.build(((None, None), (None, None)))
+        optimizer = keras.optimizers.Adam(
+            CustomSchedule(d_model, warmup_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9
+        )
+        model.compile(optimizer, loss=MaskedLoss(label_smoothing=label_smoothing),
+                      metrics=[masked_accuracy], jit_compile=jit_compile)
 
     history_path = os.path.join(out_dir, HISTORY_FILE)
     best_path = os.path.join(out_dir, BEST_WEIGHTS_FILE)
-    resuming = os.path.isdir(os.path.join(out_dir, BACKUP_DIR))
+    backup = Backup(os.path.join(out_dir, BACKUP_DIR))
+    resuming = os.path.isdir(backup.directory)
     earlier = read_history(history_path) if resuming else {}
     if not resuming:  # files of a finished earlier run must not mix with this one.
         for stale in (history_path, best_path):
             if os.path.exists(stale):
                 os.remove(stale)
+    state = backup.read_state() if resuming else None
+    initial_epoch = backup.restore(model) if state else 0
+    finished = bool(state and state["finished"]) or initial_epoch >= epochs
+    if initial_epoch:
+        _log(f"Resuming after epoch {initial_epoch}", verbose)
+
+    # Each epoch's batches depend on the seed and the epoch's number only, so
+    # a resumed run trains on what an uninterrupted one would have.
+    train_data = make_dataset(train_pairs, source_tokenizer, target_tokenizer, max_length,
+                              batch_size, shuffle=True, seed=seed, bucket=False,
+                              epochs=epochs, initial_epoch=min(initial_epoch, epochs),
+                              static_shape=static_shape)
+    valid_data = make_dataset(valid_pairs, source_tokenizer, target_tokenizer, max_length,
+                              batch_size, bucket=False, static_shape=static_shape
+                              and len(valid_pairs) >= batch_size)
     budget = TimeBudget(time_budget) if time_budget is not None else None
     fit_callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(out_dir, BACKUP_DIR)),
-        keras.callbacks.ModelCheckpoint(
-            best_path, monitor="val_loss", save_best_only=True, save_weights_only=True,
-            initial_value_threshold=min(earlier.get("val_loss", [math.inf])),
-        ),
-        keras.callbacks.EarlyStopping(monitor="val_loss", patience=patience),
+        BestWeights(best_path, "val_loss", best=min(earlier.get("val_loss", [math.inf]))),
+        EarlyStopping(earlier.get("val_loss", []), monitor="val_loss", patience=patience),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.CSVLogger(history_path, append=True),
         keras.callbacks.TensorBoard(os.path.join(out_dir, LOG_DIR)),
-    ] + ([budget] if budget else []) + list(callbacks or [])
-    _log(f"Training: kargs = {kargs}, warmup_steps = {warmup_steps}", verbose)
-    model.fit(train_data, validation_data=valid_data, epochs=epochs, callbacks=fit_callbacks,
-              shuffle=False, verbose=progress_verbosity(verbose))
+    ] + ([budget] if budget else []) + list(callbacks or []) + [backup]
+    _log(f"Training: kargs = {kargs}, warmup_steps = {warmup_steps}, dtype policy = "
+         f"{policy}, replicas = {replicas}", verbose)
+    if not finished:
+        model.fit(train_data, validation_data=valid_data, epochs=epochs,
+                  initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+                  callbacks=fit_callbacks, shuffle=False, verbose=progress_verbosity(verbose))
+        backup.finish()
     if os.path.isfile(best_path):
         model.load_weights(best_path)
 
@@ -382,8 +419,7 @@ def train(
         seconds=round(time.monotonic() - start, 1),
         **{key: value for key, value in stats.items() if key != "pairs"},
     )
-    with open(os.path.join(out_dir, METRICS_FILE), "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2)
+    write_text(os.path.join(out_dir, METRICS_FILE), json.dumps(metrics, indent=2))
     plot_history(history, os.path.join(out_dir, HISTORY_PLOT))
     # The first validation source with a token and an output to show.
     for source, _ in valid_pairs:
@@ -393,6 +429,8 @@ def train(
                            os.path.join(out_dir, ATTENTION_PLOT),
                            title=f"Cross-attention, last decoder layer: {source}")
             break
+    # Everything is saved: a re-run now starts a new training.
+    shutil.rmtree(backup.directory)
     _log(f"Validation: BLEU {metrics['bleu']}, chrF {metrics['chrf']}, exact match "
          f"{metrics['exact_match']}. Saved to {out_dir}", verbose)
     return TrainResult(translator, history, metrics, out_dir)

@@ -44,9 +44,21 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def _non_pad_mean(values, y_true, pad_token_idx):
-    """Mean of `values` `(B, T)` over the positions where `y_true` is not pad."""
+    """Mean of `values` `(B, T)` over the positions where `y_true` is not pad.
+
+    Under a `tf.distribute` strategy with N replicas, each replica holds a
+    slice of the global batch; Keras divides each replica's loss by N and sums
+    the gradients. The mean is then taken over the global batch's tokens (and
+    multiplied by N), so that the update equals one device's on the whole
+    batch even when the slices hold different numbers of tokens.
+    """
     mask = tf.cast(tf.not_equal(y_true, pad_token_idx), tf.float32)
-    return tf.math.divide_no_nan(tf.reduce_sum(values * mask), tf.reduce_sum(mask))
+    total, count = tf.reduce_sum(values * mask), tf.reduce_sum(mask)
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        total = total * context.num_replicas_in_sync
+    return tf.math.divide_no_nan(total, count)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer._files import atomic_path, write_text
 from keras_transformer.data.pipeline import padded_sources
 from keras_transformer.text.tokenizers import load_vocabulary, tokenizer_from_config
 from keras_transformer.transformer import Transformer
@@ -142,9 +143,14 @@ class Translator:
         return [token.decode("utf-8") for token in tokenizer.id_to_token(ids).numpy()]
 
     def save(self, directory):
-        """Write the model, both vocabularies and `config.json` into `directory`."""
+        """Write the model, both vocabularies and `config.json` into `directory`.
+
+        Each file is written under a temporary name and renamed into place: an
+        interrupted save leaves the files of the previous save whole.
+        """
         os.makedirs(directory, exist_ok=True)
-        self.model.save(os.path.join(directory, MODEL_FILE))
+        with atomic_path(os.path.join(directory, MODEL_FILE)) as temporary:
+            self.model.save(temporary)
         self.source_tokenizer.save_vocabulary(os.path.join(directory, SOURCE_VOCAB_FILE))
         self.target_tokenizer.save_vocabulary(os.path.join(directory, TARGET_VOCAB_FILE))
         config = {
@@ -156,8 +162,8 @@ class Translator:
                                      vocabulary=TARGET_VOCAB_FILE),
             "max_length": self.max_length,
         }
-        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config, f, ensure_ascii=False, indent=2)
+        write_text(os.path.join(directory, CONFIG_FILE),
+                   json.dumps(config, ensure_ascii=False, indent=2))
 
     @classmethod
     def load(cls, directory):
@@ -180,7 +186,9 @@ class Translator:
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"{config_path}: not a translator configuration ({error!r})") from None
         try:
-            model = keras.models.load_model(model_path)
+            # safe_mode: a `.keras` file holding Python code (a `Lambda`) is
+            # refused, not run.
+            model = keras.models.load_model(model_path, safe_mode=True)
         except Exception as error:  # Keras raises many types for a damaged file.
             raise ValueError(f"{model_path}: cannot load the model ({error})") from error
         return cls(model, *tokenizers)

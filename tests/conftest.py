@@ -6,12 +6,25 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.data import reverse_task  # noqa: E402
 
 VOCAB = 16
 MAX_SRC = 8
+
+# Property tests: KT_HYPOTHESIS_EXAMPLES examples each (200 by default), no
+# per-example deadline (TensorFlow traces functions on first use), no example
+# database written into the checkout.
+settings.register_profile(
+    "keras_transformer",
+    max_examples=int(os.environ.get("KT_HYPOTHESIS_EXAMPLES", "200")),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("keras_transformer")
 
 
 def tiny_kargs(**overrides):

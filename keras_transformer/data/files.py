@@ -8,6 +8,8 @@ import csv
 import io
 import os
 
+from keras_transformer._files import write_text
+
 FORMATS = ("chatbot", "tsv")
 
 
@@ -127,8 +129,8 @@ def save_parallel_tsv(pairs, path):
 
     Tabs and line breaks inside a sentence are written as spaces.
     """
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(f"{_one_line(source)}\t{_one_line(target)}\n" for source, target in pairs)
+    write_text(path, "".join(f"{_one_line(source)}\t{_one_line(target)}\n"
+                             for source, target in pairs))
 
 
 def _one_line(text):

@@ -63,7 +63,8 @@ def truncation_stats(pairs, source_tokenizer, target_tokenizer, max_length):
 
 
 def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_size=64,
-                 shuffle=False, seed=None, bucket=True, drop_remainder=False):
+                 shuffle=False, seed=None, bucket=True, drop_remainder=False, epochs=None,
+                 initial_epoch=0, static_shape=False):
     """A `tf.data.Dataset` of `((inp, dec_in), dec_out)` int32 batches for `fit`.
 
     Tokenisation runs in the graph; the encoded pairs are cached, then
@@ -82,6 +83,17 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
             of batches is then unknown to TensorFlow (`cardinality()` is
             `UNKNOWN`); `bucket=False` keeps it known.
         drop_remainder: bool. Drop a last, smaller batch. Defaults to `False`.
+        epochs: int or `None`. With an int, one dataset holds the passes
+            `initial_epoch, ..., epochs - 1`, pass `e` shuffled by `(seed, e)`
+            alone, so that a run resumed at epoch `e` sees the batches that a
+            run that never stopped would have seen. Give `fit` the
+            `steps_per_epoch`. Defaults to `None`: one pass per iteration,
+            reshuffled every iteration.
+        initial_epoch: int. The first pass, with `epochs`. Defaults to `0`.
+        static_shape: bool. Every batch `(batch_size, max_length)`: rows
+            padded to `max_length`, the last smaller batch dropped (what TPUs
+            and a once-compiled XLA step need). Overrides `bucket` and
+            `drop_remainder`. Defaults to `False`.
 
     Returns:
         `tf.data.Dataset` with element spec `((int32 (B, None), int32 (B, None)),
@@ -110,16 +122,43 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
     # plain tensors, which `padded_batch` needs.
     dataset = dataset.unbatch().map(lambda inputs, target: (inputs, target))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(pairs))).cache()
-    if shuffle:
-        dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
-    if bucket:
+
+    def batches(rows):
+        if static_shape:
+            shape = tf.TensorShape([max_length])
+            return rows.padded_batch(batch_size, padded_shapes=((shape, shape), shape),
+                                     drop_remainder=True)
+        if not bucket:
+            return rows.padded_batch(batch_size, drop_remainder=drop_remainder)
         boundaries = list(range(8, max_length + 1, 8))
-        dataset = dataset.bucket_by_sequence_length(
+        return rows.bucket_by_sequence_length(
             lambda x, y: tf.maximum(tf.shape(x[0])[0], tf.shape(y)[0]),
             bucket_boundaries=boundaries,
             bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
             drop_remainder=drop_remainder,
         )
+
+    if epochs is None:
+        if shuffle:
+            dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
+        dataset = batches(dataset)
     else:
-        dataset = dataset.padded_batch(batch_size, drop_remainder=drop_remainder)
+        rows, base_seed = dataset, 0 if seed is None else seed
+        # All rows as one element of ragged tensors, to permute in the graph.
+        everything = rows.ragged_batch(len(pairs))
+
+        def one_pass(epoch):
+            if not shuffle:
+                return batches(rows)
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(len(pairs)), seed=tf.stack([tf.constant(base_seed, tf.int64), epoch])
+            )
+            permuted = everything.map(
+                lambda inputs, target: tf.nest.map_structure(
+                    lambda t: tf.gather(t, order), (inputs, target)
+                )
+            )
+            return batches(permuted.unbatch().map(lambda inputs, target: (inputs, target)))
+
+        dataset = tf.data.Dataset.range(initial_epoch, epochs).flat_map(one_pass)
     return dataset.prefetch(tf.data.AUTOTUNE)

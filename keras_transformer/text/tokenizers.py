@@ -29,6 +29,8 @@ from tensorflow_text.tools.wordpiece_vocab import (
     wordpiece_tokenizer_learner_lib as wordpiece_learner,
 )
 
+from keras_transformer._files import write_text
+
 PAD, SOS, END, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<PAD>", "<SOS>", "<END>", "<UNK>")
 # The tutorial's FILTERS: characters deleted before splitting into words.
@@ -169,9 +171,8 @@ class Tokenizer(tf.Module):
         return text[0] if single else text
 
     def save_vocabulary(self, path):
-        """Write the vocabulary to `path`, one token per line (UTF-8)."""
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write("\n".join(self.vocabulary) + "\n")
+        """Write the vocabulary to `path`, one token per line (UTF-8), atomically."""
+        write_text(path, "\n".join(self.vocabulary) + "\n")
 
     @classmethod
     def learn_vocabulary(cls, word_counts, vocab_size, verbose=0):
@@ -361,10 +362,11 @@ def normalize_text(strings, lower_case=True):
     strings = tf.strings.unicode_transcode(
         strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
     )
+    # Separators first: `tf.strings.lower` stops at a NUL character.
+    strings = tf.strings.regex_replace(strings, _SEPARATORS, " ")
     strings = tf_text.normalize_utf8(strings, "NFC")
     if lower_case:
         strings = tf.strings.lower(strings, encoding="utf-8")
-    strings = tf.strings.regex_replace(strings, _SEPARATORS, " ")
     return tf.strings.strip(strings)
 
 
@@ -382,9 +384,18 @@ def get_tokenizer_class(kind):
 
 
 def load_vocabulary(path):
-    """Read a vocabulary file written by `Tokenizer.save_vocabulary`."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    """Read a vocabulary file written by `Tokenizer.save_vocabulary`.
+
+    Raises:
+        ValueError: naming the file, when it is not a vocabulary.
+        OSError: when it cannot be read.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not a keras_transformer vocabulary: not valid UTF-8 "
+                         f"({error.reason} at byte {error.start})") from None
     if lines and lines[-1] == "":
         lines.pop()
     try:
