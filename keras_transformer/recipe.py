@@ -267,7 +267,7 @@ def train(
             `keras_transformer.distribute.get_strategy`). `batch_size` is the
             global batch, split over the replicas; the loss is averaged over
             the global batch's tokens, so the updates equal one device's.
-            With `"tpu"`, `static_shape` is on. Workers other than the chief
+            With `"tpu"` and `"multi_worker"`, `static_shape` is on. Workers other than the chief
             write into `out_dir/worker-<index>`. Defaults to `None`.
         callbacks: list of extra `keras.callbacks.Callback`. Defaults to `None`.
         samples: int. Validation samples printed at the end. Defaults to `5`.
@@ -280,7 +280,10 @@ def train(
     start = time.monotonic()
     strategy = get_strategy(strategy)  # first: some strategies configure the runtime.
     policy = dtype_policy(mixed_precision)
-    static_shape = static_shape or isinstance(strategy, tf.distribute.TPUStrategy)
+    # Keras averages a first batch over the workers to build the model: their
+    # batches must have one shape. TPUs need one shape anyway.
+    static_shape = static_shape or isinstance(
+        strategy, (tf.distribute.TPUStrategy, tf.distribute.MultiWorkerMirroredStrategy))
     for name, value in (("num_layers", num_layers), ("d_model", d_model),
                         ("num_heads", num_heads), ("dff", dff), ("max_length", max_length),
                         ("batch_size", batch_size), ("epochs", epochs),
@@ -378,10 +381,9 @@ def train(
     train_data = make_dataset(train_pairs, source_tokenizer, target_tokenizer, max_length,
                               batch_size, shuffle=True, seed=seed, bucket=False,
                               epochs=epochs, initial_epoch=min(initial_epoch, epochs),
-                              static_shape=static_shape)
+                              static_shape=static_shape, drop_remainder=static_shape)
     valid_data = make_dataset(valid_pairs, source_tokenizer, target_tokenizer, max_length,
-                              batch_size, bucket=False, static_shape=static_shape
-                              and len(valid_pairs) >= batch_size)
+                              batch_size, bucket=False, static_shape=static_shape)
     budget = TimeBudget(time_budget) if time_budget is not None else None
     fit_callbacks = [
         BestWeights(best_path, "val_loss", best=min(earlier.get("val_loss", [math.inf]))),

@@ -43,21 +43,23 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
 
 
-def _non_pad_mean(values, y_true, pad_token_idx):
+def _non_pad_mean(values, y_true, pad_token_idx, replica_share):
     """Mean of `values` `(B, T)` over the positions where `y_true` is not pad.
 
-    Under a `tf.distribute` strategy with N replicas, each replica holds a
-    slice of the global batch; Keras divides each replica's loss by N and sums
-    the gradients. The mean is then taken over the global batch's tokens (and
-    multiplied by N), so that the update equals one device's on the whole
-    batch even when the slices hold different numbers of tokens.
+    Under a `tf.distribute` strategy with N replicas each replica holds a
+    slice of the global batch, and the mean is taken over the tokens of the
+    whole global batch (the slices may hold different numbers of tokens):
+    with `replica_share`, this replica's share of it (the shares add up to
+    the mean, as a loss must: Keras sums the replicas' gradients); otherwise
+    N times the share (Keras averages metric values over the replicas).
     """
     mask = tf.cast(tf.not_equal(y_true, pad_token_idx), tf.float32)
     total, count = tf.reduce_sum(values * mask), tf.reduce_sum(mask)
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
         count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-        total = total * context.num_replicas_in_sync
+        if not replica_share:
+            total = total * context.num_replicas_in_sync
     return tf.math.divide_no_nan(total, count)
 
 
@@ -75,7 +77,9 @@ def masked_loss(y_true, y_pred, label_smoothing=0.0, pad_token_idx=0):
         pad_token_idx: int. Targets equal to it are ignored. Defaults to `0`.
 
     Returns:
-        Scalar float32 loss.
+        Scalar float32 loss. Under a `tf.distribute` strategy with several
+        replicas: this replica's share of the mean over the global batch's
+        tokens (the replicas' values add up to it).
     """
     label_smoothing = _config.check_rate("label_smoothing", label_smoothing)
     y_true = tf.cast(y_true, tf.int32)
@@ -84,7 +88,7 @@ def masked_loss(y_true, y_pred, label_smoothing=0.0, pad_token_idx=0):
     if label_smoothing:
         uniform = -tf.reduce_mean(tf.nn.log_softmax(logits), axis=-1)  # (B, T)
         loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
-    return _non_pad_mean(loss, y_true, pad_token_idx)
+    return _non_pad_mean(loss, y_true, pad_token_idx, replica_share=True)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -129,4 +133,5 @@ def masked_accuracy(y_true, y_pred, pad_token_idx=0):
     """
     y_true = tf.cast(y_true, tf.int32)
     predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
-    return _non_pad_mean(tf.cast(tf.equal(y_true, predicted), tf.float32), y_true, pad_token_idx)
+    return _non_pad_mean(tf.cast(tf.equal(y_true, predicted), tf.float32), y_true,
+                         pad_token_idx, replica_share=False)

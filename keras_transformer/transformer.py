@@ -482,6 +482,38 @@ class Transformer(keras.Model):
             predict_tokens.append(token)
         return predict_tokens
 
+    def train_step(self, data):
+        return self._multi_worker_logs(super().train_step(data))
+
+    def test_step(self, data):
+        return self._multi_worker_logs(super().test_step(data))
+
+    def _multi_worker_logs(self, logs):
+        # Under MultiWorkerMirroredStrategy Keras averages each logged value
+        # over the replicas with `strategy.reduce("MEAN", value, axis=0)`,
+        # which fails on scalars: give it vectors of one value.
+        if isinstance(self._distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        return logs
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras builds a distributed model from a first batch averaged over
+        # the replicas with one `strategy.reduce` of the whole nested batch,
+        # which MultiWorkerMirroredStrategy refuses for nested inputs like
+        # ((inp, dec_in), dec_out) ("Attempt to convert a value (PerReplica").
+        # Only the shapes matter: hand it this worker's first replica's batch.
+        strategy = self._distribute_strategy
+        if iterator is not None and isinstance(strategy,
+                                               tf.distribute.MultiWorkerMirroredStrategy):
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda value: strategy.experimental_local_results(value)[0],
+                    next(batches),
+                )
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
     def get_config(self):
         config = super().get_config()
         config.update(

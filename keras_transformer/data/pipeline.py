@@ -90,10 +90,11 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
             `steps_per_epoch`. Defaults to `None`: one pass per iteration,
             reshuffled every iteration.
         initial_epoch: int. The first pass, with `epochs`. Defaults to `0`.
-        static_shape: bool. Every batch `(batch_size, max_length)`: rows
-            padded to `max_length`, the last smaller batch dropped (what TPUs
-            and a once-compiled XLA step need). Overrides `bucket` and
-            `drop_remainder`. Defaults to `False`.
+        static_shape: bool. Rows padded to `max_length`, not to the
+            longest row of their batch; with `drop_remainder=True` every
+            batch is `(batch_size, max_length)` (what TPUs and a
+            once-compiled XLA step need). Overrides `bucket`. Defaults to
+            `False`.
 
     Returns:
         `tf.data.Dataset` with element spec `((int32 (B, None), int32 (B, None)),
@@ -127,7 +128,7 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
         if static_shape:
             shape = tf.TensorShape([max_length])
             return rows.padded_batch(batch_size, padded_shapes=((shape, shape), shape),
-                                     drop_remainder=True)
+                                     drop_remainder=drop_remainder)
         if not bucket:
             return rows.padded_batch(batch_size, drop_remainder=drop_remainder)
         boundaries = list(range(8, max_length + 1, 8))

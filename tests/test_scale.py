@@ -1,0 +1,108 @@
+"""Scale: several devices and processes, mixed precision, static shapes for XLA and TPUs."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from conftest import tiny_kargs
+from keras_transformer import train
+from keras_transformer.data import english_korean_corpus, reverse_task
+from keras_transformer.data.pipeline import padded_sources
+
+CHILD = os.path.join(os.path.dirname(__file__), "distributed_child.py")
+TINY = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_length": 16,
+        "batch_size": 32, "tokenizer": "word", "verbose": 0, "samples": 0}
+
+
+def test_mirrored_over_two_cpus_follows_the_one_device_loss_trajectory(tmp_path):
+    subprocess.run([sys.executable, CHILD, "mirrored", str(tmp_path)], check=True,
+                   timeout=300)
+    losses = json.loads((tmp_path / "losses.json").read_text())
+    assert losses["one_device_replicas"] == 1 and losses["mirrored_replicas"] == 2
+    assert len(losses["mirrored"]) == len(losses["one_device"]) > 10
+    np.testing.assert_allclose(losses["mirrored"], losses["one_device"], rtol=1e-4)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_worker_processes_end_with_identical_weights(tmp_path):
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    processes = []
+    try:
+        for index in range(2):
+            config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            processes.append(subprocess.Popen(
+                [sys.executable, CHILD, "multi_worker", str(tmp_path)],
+                env=dict(os.environ, TF_CONFIG=json.dumps(config)),
+            ))
+        assert [process.wait(timeout=110) for process in processes] == [0, 0]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    chief, other = (np.load(tmp_path / f"weights-{i}.npz") for i in range(2))
+    assert len(chief.files) == len(other.files) > 10
+    for name in chief.files:
+        np.testing.assert_array_equal(chief[name], other[name])
+    # The chief writes into the output directory, the other worker beside it.
+    assert (tmp_path / "run" / "model.keras").exists()
+    assert (tmp_path / "run" / "worker-1" / "model.keras").exists()
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_training_learns_the_reverse_task(policy):
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer(**tiny_kargs(d_model=64, dff=128), dtype=policy)
+    model.compile(keras.optimizers.Adam(2e-3), loss=kt.masked_loss,
+                  metrics=[kt.masked_accuracy])
+    if policy == "mixed_float16":  # dynamic loss scaling, from compile
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    inp, dec_in, dec_out = reverse_task(3000)
+    model.fit([inp, dec_in], dec_out, batch_size=64, epochs=12, verbose=0)
+    assert model.encoder.enc_layers[0].mha.compute_dtype == policy.split("_")[1]
+    test_inp, test_dec_in, test_dec_out = reverse_task(256, seed=99)
+    _, accuracy = model.evaluate([test_inp, test_dec_in], test_dec_out, verbose=0)
+    assert accuracy > 0.9
+
+
+@pytest.mark.parametrize("static_shape", [True, False])
+def test_static_shapes_give_the_xla_train_step_one_shape(tmp_path, monkeypatch, static_shape):
+    traces = []  # Keras calls train_step in Python once per trace of the step
+    original = kt.Transformer.train_step
+    monkeypatch.setattr(kt.Transformer, "train_step",
+                        lambda self, data: traces.append(data) or original(self, data))
+    corpus = english_korean_corpus(train_size=300, valid_size=16, test_size=0, seed=4)
+    result = train(corpus["train"], str(tmp_path), corpus["valid"], epochs=1,
+                   jit_compile=True, static_shape=static_shape, **TINY)
+    shapes = {tuple(batch[1].shape) for batch in traces}
+    if static_shape:  # one shape to compile
+        assert shapes == {(32, 16)}
+    else:  # batches padded to their longest row: XLA compiles each shape it meets
+        assert any(None in shape for shape in shapes)
+    translator = result.translator
+    sources = padded_sources([s for s, _ in corpus["valid"]], translator.source_tokenizer,
+                             translator.max_length).numpy()
+    assert sources.shape == (16, translator.max_length)
+    np.testing.assert_array_equal(translator.model.generate(sources, jit_compile=True),
+                                  translator.model.generate(sources))
+
+
+def test_recipe_checks_the_scale_options(tmp_path):
+    corpus = english_korean_corpus(train_size=20, valid_size=4, test_size=0, seed=5)
+    with pytest.raises(ValueError, match="mixed_precision"):
+        train(corpus["train"], str(tmp_path), mixed_precision="fp8", **TINY)
+    with pytest.raises(ValueError, match="strategy"):
+        train(corpus["train"], str(tmp_path), strategy="horovod", **TINY)
+    with pytest.raises(ValueError, match="do not fill one batch"):
+        train(corpus["train"], str(tmp_path), static_shape=True, **TINY)
