@@ -26,11 +26,14 @@ are not counted.
 
 Usage: python benchmarks/bench_train.py [--steps 20] [--modes xla,no-xla,auto]
                                         [--models ours,tutorial]
+       python benchmarks/bench_train.py --peers [bench_peers.py options]
+           (against keras-hub and PyTorch: see bench_peers.py)
 """
 
 import argparse
 import os
 import platform
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -112,6 +115,10 @@ class _StepTimer(keras.callbacks.Callback):
 
 
 def main():
+    if "--peers" in sys.argv[1:]:
+        from bench_peers import main as peers
+
+        return peers([arg for arg in sys.argv[1:] if arg != "--peers"])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--modes", default="xla,no-xla,auto")
@@ -140,4 +147,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

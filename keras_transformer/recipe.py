@@ -371,7 +371,8 @@ def train(
             if os.path.exists(stale):
                 os.remove(stale)
     state = backup.read_state() if resuming else None
-    initial_epoch = backup.restore(model) if state else 0
+    with strategy.scope():  # the optimizer's variables are built here on resumption
+        initial_epoch = backup.restore(model) if state else 0
     finished = bool(state and state["finished"]) or initial_epoch >= epochs
     if initial_epoch:
         _log(f"Resuming after epoch {initial_epoch}", verbose)
