@@ -267,8 +267,9 @@ def train(
             `keras_transformer.distribute.get_strategy`). `batch_size` is the
             global batch, split over the replicas; the loss is averaged over
             the global batch's tokens, so the updates equal one device's.
-            With `"tpu"` and `"multi_worker"`, `static_shape` is on. Workers other than the chief
-            write into `out_dir/worker-<index>`. Defaults to `None`.
+            With `"tpu"` and `"multi_worker"`, `static_shape` is on. Workers
+            other than the chief write into `out_dir/worker-<index>`.
+            Defaults to `None`.
         callbacks: list of extra `keras.callbacks.Callback`. Defaults to `None`.
         samples: int. Validation samples printed at the end. Defaults to `5`.
         verbose: int. `0` silent, `1` progress bars and messages (on stderr,
