@@ -4,12 +4,12 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+import keras
+import pytest
+from hypothesis import HealthCheck, settings
 
-import keras_transformer as kt  # noqa: E402
-from keras_transformer.data import reverse_task  # noqa: E402
+import keras_transformer as kt
+from keras_transformer.data import reverse_task
 
 VOCAB = 16
 MAX_SRC = 8
@@ -25,6 +25,27 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("keras_transformer")
+
+
+# `keras_transformer.train` arguments small enough for fast tests.
+TINY_TRAIN = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_length": 16,
+              "batch_size": 32, "tokenizer": "word", "verbose": 0}
+
+
+class AtBatch(keras.callbacks.Callback):
+    """Calls `action()` after batch `batch` of epoch `epoch`: an interruption
+    in the middle of an epoch."""
+
+    def __init__(self, epoch, batch, action):
+        super().__init__()
+        self.epoch, self.batch, self.action = epoch, batch, action
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.current, batch) == (self.epoch, self.batch):
+            self.action()
 
 
 def tiny_kargs(**overrides):

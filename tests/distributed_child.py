@@ -20,13 +20,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from conftest import TINY_TRAIN
 from keras_transformer import train
 from keras_transformer.data import english_korean_corpus
 
 # No dropout: its masks are drawn per replica, so they differ from one device's.
-TINY = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_length": 16,
-        "batch_size": 32, "tokenizer": "word", "rate": 0.0, "epochs": 2, "verbose": 0,
-        "samples": 0}
+TINY = dict(TINY_TRAIN, rate=0.0, epochs=2, samples=0)
 
 
 class StepLosses(keras.callbacks.Callback):

@@ -17,6 +17,7 @@ import pytest
 
 import keras_transformer
 import keras_transformer.cli
+from conftest import TINY_TRAIN as TINY
 from keras_transformer import Translator, train
 from keras_transformer._files import atomic_path
 from keras_transformer.callbacks import Backup, BestWeights
@@ -24,8 +25,6 @@ from keras_transformer.data import english_korean_corpus
 from keras_transformer.recipe import read_history
 
 CHILD = os.path.join(os.path.dirname(__file__), "resume_child.py")
-TINY = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_length": 16,
-        "batch_size": 32, "tokenizer": "word", "verbose": 0}
 
 
 def h5_arrays(path):

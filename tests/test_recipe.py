@@ -11,12 +11,12 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import TINY_TRAIN as TINY
+from conftest import AtBatch
 from keras_transformer import Translator, cli, train
 from keras_transformer.data import english_korean_corpus
 from keras_transformer.plotting import plot_attention, plot_history
 
-TINY = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_length": 16,
-        "batch_size": 32, "tokenizer": "word", "verbose": 0}
 TINY_FLAGS = ["--num-layers", "1", "--d-model", "16", "--num-heads", "2", "--dff", "32",
               "--max-length", "16", "--batch-size", "32", "--epochs", "2"]
 
@@ -107,19 +107,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "no such model directory" in capsys.readouterr().err
 
 
-class CrashAt(keras.callbacks.Callback):
-    """Simulates an interruption in the middle of an epoch."""
-
-    def __init__(self, epoch, batch):
-        super().__init__()
-        self.epoch, self.batch = epoch, batch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.current = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.current == self.epoch and batch == self.batch:
-            raise KeyboardInterrupt
+def interrupt():
+    raise KeyboardInterrupt
 
 
 class EpochRecorder(keras.callbacks.Callback):
@@ -134,7 +123,7 @@ class EpochRecorder(keras.callbacks.Callback):
 def test_interrupted_training_resumes_where_it_stopped(tmp_path, corpus):
     out = str(tmp_path / "run")
     with pytest.raises(KeyboardInterrupt):
-        train(corpus["train"], out, corpus["valid"], epochs=3, callbacks=[CrashAt(1, 2)],
+        train(corpus["train"], out, corpus["valid"], epochs=3, callbacks=[AtBatch(1, 2, interrupt)],
               **TINY)
     assert os.path.isdir(os.path.join(out, "backup"))
     vocabulary_path = os.path.join(out, "target_vocab.txt")

@@ -11,14 +11,13 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from conftest import tiny_kargs
+from conftest import TINY_TRAIN, tiny_kargs
 from keras_transformer import train
 from keras_transformer.data import english_korean_corpus, reverse_task
 from keras_transformer.data.pipeline import padded_sources
 
 CHILD = os.path.join(os.path.dirname(__file__), "distributed_child.py")
-TINY = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_length": 16,
-        "batch_size": 32, "tokenizer": "word", "verbose": 0, "samples": 0}
+TINY = dict(TINY_TRAIN, samples=0)
 
 
 def test_mirrored_over_two_cpus_follows_the_one_device_loss_trajectory(tmp_path):
