@@ -8,27 +8,13 @@ Keras base-layer argument is a typo and raises `TypeError`.
 
 import numbers
 
+# The model sizes, which must be positive integers.
+_POSITIVE_INT_ARGS = frozenset({"num_layers", "d_model", "num_heads", "dff", "input_vocab_size",
+                                "target_vocab_size", "maximum_position_encoding"})
 # The tutorial's `kargs` keys plus this package's model options.
-CONFIG_KEYS = frozenset(
-    {
-        "model_name",
-        "num_layers",
-        "d_model",
-        "num_heads",
-        "dff",
-        "input_vocab_size",
-        "target_vocab_size",
-        "maximum_position_encoding",
-        "end_token_idx",
-        "rate",
-        "norm_first",
-        "activation",
-        "position_encoding",
-        "share_embeddings",
-        "pad_token_idx",
-        "start_token_idx",
-    }
-)
+CONFIG_KEYS = _POSITIVE_INT_ARGS | {"model_name", "end_token_idx", "rate", "norm_first",
+                                    "activation", "position_encoding", "share_embeddings",
+                                    "pad_token_idx", "start_token_idx"}
 
 # Arguments that `keras.layers.Layer.__init__` understands.
 _KERAS_LAYER_KEYS = frozenset(
@@ -59,19 +45,6 @@ def layer_kwargs(cls_name: str, kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k in _KERAS_LAYER_KEYS}
 
 
-_POSITIVE_INT_ARGS = frozenset(
-    {
-        "num_layers",
-        "d_model",
-        "num_heads",
-        "dff",
-        "input_vocab_size",
-        "target_vocab_size",
-        "maximum_position_encoding",
-    }
-)
-
-
 def check_model_args(**args) -> None:
     """Validates model sizes (positive ints), `rate` and `d_model % num_heads`.
 
@@ -89,30 +62,27 @@ def check_model_args(**args) -> None:
         check_divisible(args["d_model"], args["num_heads"])
 
 
+def set_attributes(layer, **values) -> None:
+    """Stores every argument as an attribute of the same name (the keras-hub way)."""
+    for name, value in values.items():
+        setattr(layer, name, value)
+
+
 def check_positive_int(name: str, value) -> int:
     """Returns `value` if it is a positive integer, else raises `ValueError`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value <= 0
-    ):
-        raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected a "
-            f"positive integer. Received: {name}={value!r}"
-        )
-    return int(value)
+    return _check_int(name, value, 1, "a positive integer")
 
 
 def check_non_negative_int(name: str, value) -> int:
     """Returns `value` if it is an integer >= 0, else raises `ValueError`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value < 0
-    ):
+    return _check_int(name, value, 0, "an integer >= 0")
+
+
+def _check_int(name, value, minimum, expected):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(
-            f"Received an invalid value for argument `{name}`, expected an "
-            f"integer >= 0. Received: {name}={value!r}"
+            f"Received an invalid value for argument `{name}`, expected {expected}. "
+            f"Received: {name}={value!r}"
         )
     return int(value)
 

@@ -5,12 +5,15 @@ embedding front end
 """
 
 import math
+import re
 
 import keras
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
 from keras_transformer import _config
+from keras_transformer._compat import in_xla_context
+from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.positional import positional_encoding
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
@@ -21,13 +24,13 @@ class Dropout(keras.layers.Dropout):
 
     Inside a `jit_compile=True` function XLA:CPU generates ThreeFry random
     numbers about 4x faster than the default Philox, which made dropout a
-    sixth of a training step; elsewhere this is exactly the Keras layer.
-    (XLA is detected with TensorFlow's internal `control_flow_util`.)
+    sixth of a training step; elsewhere this is exactly the Keras layer. (The
+    two draw different masks for the same seed, as Keras' own `Dropout` does
+    with and without XLA.)
     """
 
     def call(self, inputs, training=False):
-        in_xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
-        if not (training and self.rate > 0 and in_xla):
+        if not (training and self.rate > 0 and in_xla_context()):
             return super().call(inputs, training=training)
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
         return tf.nn.experimental.stateless_dropout(inputs, self.rate, seed, rng_alg="threefry")
@@ -51,82 +54,98 @@ def layer_norm(dtype_policy, name):
 
 
 class TransformerLayer(keras.layers.Layer):
-    """Base of `EncoderLayer` and `DecoderLayer`: their arguments and config."""
+    """Base of `EncoderLayer` and `DecoderLayer`: arguments, sub-layers, blocks.
 
-    def _init_args(self, d_model, num_heads, dff, rate, norm_first, activation):
+    A layer is a sequence of residual blocks, numbered from 1: one per
+    attention sub-layer (named in `ATTENTION`, the tutorial's names), then
+    the feed-forward network `ffn`. Block `i` has `layernorm{i}` and
+    `dropout{i}`:
+
+        post-LN (the paper, the tutorial):  x = LN(x + Dropout(Sublayer(x)))
+        pre-LN (`norm_first=True`):         x = x + Dropout(Sublayer(LN(x)))
+    """
+
+    ATTENTION = ()
+    CONFIG = ("d_model", "num_heads", "dff", "rate", "norm_first", "activation")
+
+    def __init__(self, d_model, num_heads, dff, rate=0.1, norm_first=False, activation="relu",
+                 **kwargs):
+        super().__init__(**_config.layer_kwargs(type(self).__name__, kwargs))
         _config.check_model_args(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.rate = rate
-        self.norm_first = bool(norm_first)
-        self.activation = activation
+        _config.set_attributes(self, d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                               norm_first=bool(norm_first), activation=activation)
+
+        policy = self.dtype_policy
+        for name in self.ATTENTION:
+            setattr(self, name, MultiHeadAttention(d_model, num_heads, dtype=policy, name=name))
+        self.ffn = point_wise_feed_forward_network(
+            d_model, dff, activation, dtype=policy, name="ffn"
+        )
+        blocks = range(1, len(self.ATTENTION) + 2)
+        for i in blocks:
+            setattr(self, f"layernorm{i}", layer_norm(policy, f"layernorm{i}"))
+        for i in blocks:
+            setattr(self, f"dropout{i}", Dropout(rate, dtype=policy, name=f"dropout{i}"))
+
+    def build(self, input_shape):
+        for name in (*self.ATTENTION, "ffn"):
+            getattr(self, name).build(input_shape)
+        for i in range(1, len(self.ATTENTION) + 2):
+            getattr(self, f"layernorm{i}").build(input_shape)
+
+    def _block_input(self, block, x):
+        """What the sub-layer of block `block` reads: `LN(x)` when pre-LN, else `x`."""
+        return getattr(self, f"layernorm{block}")(x) if self.norm_first else x
+
+    def _block_output(self, block, residual, output, training):
+        """The residual connection of block `block` around the sub-layer's `output`."""
+        x = residual + getattr(self, f"dropout{block}")(output, training=training)
+        return x if self.norm_first else getattr(self, f"layernorm{block}")(x)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "rate": self.rate,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-            }
-        )
+        config.update({name: getattr(self, name) for name in self.CONFIG})
         return config
 
 
 class TransformerStack(keras.layers.Layer):
-    """Base layer: embeddings, positions, dropout, `num_layers` layers, checks.
+    """Base of `Encoder` and `Decoder`: embeddings, positions, dropout,
+    `num_layers` layers, checks.
 
-    `Encoder` and `Decoder` call `_init_stack` from `__init__`; `_embed` turns
-    token ids into the first layer's input.
+    A subclass sets `LAYER` (its layer class; layer i is named after it,
+    `encoder_layer{i}` for `EncoderLayer`, as Keras names layers), `LAYERS`
+    (the attribute holding the list of layers, the tutorial's `enc_layers`
+    or `dec_layers`) and `VOCAB` (its vocabulary-size argument,
+    `input_vocab_size` or `target_vocab_size`), and takes its vocabulary size
+    as the fifth positional argument; `_embed` turns token ids into the first
+    layer's input.
     """
 
-    def _init_stack(
-        self,
-        layer_cls,
-        layer_prefix,
-        vocab_name,
-        vocab_size,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        maximum_position_encoding,
-        rate,
-        norm_first,
-        activation,
-        position_encoding,
-        pad_token_idx,
-        embedding,
-    ):
-        """Validates and stores the arguments; returns the list of layers.
+    LAYER = TransformerLayer
+    LAYERS = None
+    VOCAB = None
+    CONFIG = ("num_layers", "d_model", "num_heads", "dff", "maximum_position_encoding", "rate",
+              "norm_first", "activation", "position_encoding", "pad_token_idx")
 
-        The layers are `layer_cls` instances named `{layer_prefix}1`, ...
-        """
+    def __init__(self, num_layers, d_model, num_heads, dff, vocab_size,
+                 maximum_position_encoding, rate=0.1, norm_first=False, activation="relu",
+                 position_encoding="sinusoidal", pad_token_idx=0, embedding=None, **kwargs):
+        super().__init__(**_config.layer_kwargs(type(self).__name__, kwargs))
         _config.check_model_args(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            dff=dff,
-            maximum_position_encoding=maximum_position_encoding,
-            rate=rate,
-            **{vocab_name: vocab_size},
+            num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+            maximum_position_encoding=maximum_position_encoding, rate=rate,
+            **{self.VOCAB: vocab_size},
         )
         _config.check_choice("position_encoding", position_encoding, POSITION_ENCODINGS)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.maximum_position_encoding = maximum_position_encoding
-        self.rate = rate
-        self.norm_first = bool(norm_first)
-        self.activation = activation
-        self.position_encoding = position_encoding
-        self.pad_token_idx = _config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size)
-        self.vocab_size = vocab_size
+        _config.set_attributes(
+            self, num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+            maximum_position_encoding=maximum_position_encoding, rate=rate,
+            norm_first=bool(norm_first), activation=activation,
+            position_encoding=position_encoding,
+            pad_token_idx=_config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size),
+            **{self.VOCAB: vocab_size},
+        )
+
         if embedding is None:
             embedding = keras.layers.Embedding(
                 vocab_size, d_model, dtype=self.dtype_policy, name="embedding"
@@ -152,46 +171,31 @@ class TransformerStack(keras.layers.Layer):
         self.dropout = Dropout(rate, dtype=self.dtype_policy, name="dropout")
         if self.norm_first:
             self.final_layernorm = layer_norm(self.dtype_policy, "final_layernorm")
-        return [
-            layer_cls(
-                d_model,
-                num_heads,
-                dff,
-                rate,
-                norm_first=norm_first,
-                activation=activation,
-                dtype=self.dtype_policy,
-                name=f"{layer_prefix}{i + 1}",
-            )
+        prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", self.LAYER.__name__).lower()  # encoder_layer
+        setattr(self, self.LAYERS, [
+            self.LAYER(d_model, num_heads, dff, rate, norm_first=norm_first,
+                       activation=activation, dtype=self.dtype_policy, name=f"{prefix}{i + 1}")
             for i in range(num_layers)
-        ]
+        ])
+
+    @property
+    def vocab_size(self):
+        """The size of this side's vocabulary."""
+        return getattr(self, self.VOCAB)
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "maximum_position_encoding": self.maximum_position_encoding,
-                "rate": self.rate,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-                "position_encoding": self.position_encoding,
-                "pad_token_idx": self.pad_token_idx,
-            }
-        )
+        config.update({name: getattr(self, name) for name in (*self.CONFIG, self.VOCAB)})
         return config
 
-    def _build_stack(self, input_shape, layers):
-        """Builds the embeddings and `layers` for ids of shape `input_shape`."""
+    def build(self, input_shape):
+        """Builds the embeddings and the layers for ids of shape `input_shape`."""
         if not self.embedding.built:  # a shared embedding may be built already
             self.embedding.build(input_shape)
         if self.position_encoding == "learned":
             self.pos_embedding.build(input_shape)
         hidden_shape = (*input_shape, self.d_model)  # (B, T, d_model)
-        for layer in layers:
+        for layer in getattr(self, self.LAYERS):
             layer.build(hidden_shape)
         if self.norm_first:
             self.final_layernorm.build(hidden_shape)

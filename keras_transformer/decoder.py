@@ -13,10 +13,7 @@ decoder over the whole prefix.
 import keras
 import tensorflow as tf
 
-from keras_transformer import _config
-from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
-from keras_transformer.attention import MultiHeadAttention
-from keras_transformer.feed_forward import point_wise_feed_forward_network
+from keras_transformer._stack import TransformerLayer, TransformerStack
 from keras_transformer.masking import create_look_ahead_mask, create_padding_mask
 
 
@@ -52,36 +49,7 @@ class DecoderLayer(TransformerLayer):
         cache.
     """
 
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        dff,
-        rate=0.1,
-        norm_first=False,
-        activation="relu",
-        **kwargs,
-    ):
-        super().__init__(**_config.layer_kwargs("DecoderLayer", kwargs))
-        self._init_args(d_model, num_heads, dff, rate, norm_first, activation)
-
-        policy = self.dtype_policy
-        self.mha1 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha1")
-        self.mha2 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha2")
-        self.ffn = point_wise_feed_forward_network(
-            d_model, dff, activation, dtype=policy, name="ffn"
-        )
-        self.layernorm1 = layer_norm(policy, "layernorm1")
-        self.layernorm2 = layer_norm(policy, "layernorm2")
-        self.layernorm3 = layer_norm(policy, "layernorm3")
-        self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
-        self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
-        self.dropout3 = Dropout(rate, dtype=policy, name="dropout3")
-
-    def build(self, input_shape):
-        for layer in (self.mha1, self.mha2, self.ffn, self.layernorm1, self.layernorm2,
-                      self.layernorm3):
-            layer.build(input_shape)
+    ATTENTION = ("mha1", "mha2")
 
     def call(
         self,
@@ -98,36 +66,20 @@ class DecoderLayer(TransformerLayer):
             self_cache, cross_cache = cache["self"], cache["cross"]
 
         # Masked self-attention block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm1(x)
-        outputs = self.mha1(
-            x, x, x, look_ahead_mask, cache=self_cache, cache_index=cache_index
-        )
+        h = self._block_input(1, x)
+        outputs = self.mha1(h, h, h, look_ahead_mask, cache=self_cache, cache_index=cache_index)
         attn1, weights_block1 = outputs[:2]  # (B, T, d_model), (B, H, T, T or L)
-        x = residual + self.dropout1(attn1, training=training)
-        if not self.norm_first:
-            x = self.layernorm1(x)
+        x = self._block_output(1, x, attn1, training)
 
         # Encoder-decoder attention block: queries from the decoder.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm2(x)
         attn2, weights_block2 = self.mha2(
-            enc_output, enc_output, x, padding_mask, cache=cross_cache
+            enc_output, enc_output, self._block_input(2, x), padding_mask, cache=cross_cache
         )[:2]  # (B, T, d_model), (B, H, T, S)
-        x = residual + self.dropout2(attn2, training=training)
-        if not self.norm_first:
-            x = self.layernorm2(x)
+        x = self._block_output(2, x, attn2, training)
 
         # Feed-forward block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm3(x)
-        ffn_output = self.ffn(x)  # (B, T, d_model)
-        x = residual + self.dropout3(ffn_output, training=training)
-        if not self.norm_first:
-            x = self.layernorm3(x)
+        ffn_output = self.ffn(self._block_input(3, x))  # (B, T, d_model)
+        x = self._block_output(3, x, ffn_output, training)
 
         if cache is None:
             return x, weights_block1, weights_block2
@@ -139,24 +91,10 @@ class Decoder(TransformerStack):
     """Target ids -> embeddings + positions -> `num_layers` `DecoderLayer`s.
 
     Args:
-        num_layers: int. Number of `DecoderLayer`s.
-        d_model: int. Model width.
-        num_heads: int. Attention heads; must divide `d_model`.
-        dff: int. Inner width of the feed-forward networks.
-        target_vocab_size: int. Target vocabulary size.
-        maximum_position_encoding: int. Longest sequence accepted.
-        rate: float in [0, 1). Dropout rate. Defaults to `0.1`.
-        norm_first: bool. Pre-LN layers plus a final LayerNorm. Defaults to
-            `False`.
-        activation: str. `"relu"` or `"gelu"`. Defaults to `"relu"`.
-        position_encoding: str. `"sinusoidal"` or `"learned"`. Defaults to
-            `"sinusoidal"`.
-        pad_token_idx: int. Id of `<PAD>`. Defaults to `0`.
-        embedding: a `keras.layers.Embedding(target_vocab_size, d_model)` to
-            share instead of a new one (not part of the config). Defaults to
-            `None`.
-        **kwargs: other keys of the tutorial's `kargs` (ignored) and Keras
-            layer arguments.
+        Those of `Encoder` (`num_layers` counts `DecoderLayer`s), with
+        target_vocab_size: int. Target vocabulary size, in place of
+            `input_vocab_size`; a shared `embedding` is an
+            `Embedding(target_vocab_size, d_model)`.
 
     Call arguments:
         x: int tensor `(B, T)`. Decoder input ids (`<SOS>` first).
@@ -178,44 +116,12 @@ class Decoder(TransformerStack):
         `cache`, also the updated cache.
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        target_vocab_size,
-        maximum_position_encoding,
-        rate=0.1,
-        norm_first=False,
-        activation="relu",
-        position_encoding="sinusoidal",
-        pad_token_idx=0,
-        embedding=None,
-        **kwargs,
-    ):
-        super().__init__(**_config.layer_kwargs("Decoder", kwargs))
-        self.target_vocab_size = target_vocab_size
-        self.dec_layers = self._init_stack(
-            DecoderLayer,
-            "decoder_layer",
-            "target_vocab_size",
-            target_vocab_size,
-            num_layers,
-            d_model,
-            num_heads,
-            dff,
-            maximum_position_encoding,
-            rate,
-            norm_first,
-            activation,
-            position_encoding,
-            pad_token_idx,
-            embedding,
-        )
+    LAYER, LAYERS, VOCAB = DecoderLayer, "dec_layers", "target_vocab_size"
 
-    def build(self, input_shape):
-        self._build_stack(input_shape, self.dec_layers)
+    def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
+                 maximum_position_encoding, **options):
+        super().__init__(num_layers, d_model, num_heads, dff, target_vocab_size,
+                         maximum_position_encoding, **options)
 
     def init_cache(self, enc_output, max_length):
         """The decoding cache for `enc_output` `(B, S, d_model)`.
@@ -280,8 +186,3 @@ class Decoder(TransformerStack):
         if cache is None:
             return x, attention_weights
         return x, attention_weights, new_cache
-
-    def get_config(self):
-        config = super().get_config()
-        config["target_vocab_size"] = self.target_vocab_size
-        return config

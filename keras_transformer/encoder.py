@@ -8,16 +8,7 @@ with a final LayerNorm after the last layer.
 import keras
 import tensorflow as tf
 
-from keras_transformer import _config
-from keras_transformer._stack import (
-    Dropout,
-    MaskByKeyword,
-    TransformerLayer,
-    TransformerStack,
-    layer_norm,
-)
-from keras_transformer.attention import MultiHeadAttention
-from keras_transformer.feed_forward import point_wise_feed_forward_network
+from keras_transformer._stack import MaskByKeyword, TransformerLayer, TransformerStack
 from keras_transformer.masking import as_attention_mask, create_padding_mask
 
 
@@ -54,53 +45,19 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
     TensorShape([64, 43, 512])
     """
 
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        dff,
-        rate=0.1,
-        norm_first=False,
-        activation="relu",
-        **kwargs,
-    ):
-        super().__init__(**_config.layer_kwargs("EncoderLayer", kwargs))
-        self._init_args(d_model, num_heads, dff, rate, norm_first, activation)
-
-        policy = self.dtype_policy
-        self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
-        self.ffn = point_wise_feed_forward_network(
-            d_model, dff, activation, dtype=policy, name="ffn"
-        )
-        self.layernorm1 = layer_norm(policy, "layernorm1")
-        self.layernorm2 = layer_norm(policy, "layernorm2")
-        self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
-        self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
-
-    def build(self, input_shape):
-        for layer in (self.mha, self.ffn, self.layernorm1, self.layernorm2):
-            layer.build(input_shape)
+    ATTENTION = ("mha",)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False):
         mask = as_attention_mask(mask)
 
         # Self-attention block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm1(x)
-        attn_output, weights = self.mha(x, x, x, mask)  # (B, S, d_model)
-        x = residual + self.dropout1(attn_output, training=training)
-        if not self.norm_first:
-            x = self.layernorm1(x)
+        h = self._block_input(1, x)
+        attn_output, weights = self.mha(h, h, h, mask)  # (B, S, d_model)
+        x = self._block_output(1, x, attn_output, training)
 
         # Feed-forward block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm2(x)
-        ffn_output = self.ffn(x)  # (B, S, d_model)
-        x = residual + self.dropout2(ffn_output, training=training)
-        if not self.norm_first:
-            x = self.layernorm2(x)
+        ffn_output = self.ffn(self._block_input(2, x))  # (B, S, d_model)
+        x = self._block_output(2, x, ffn_output, training)
 
         if return_attention_weights:
             return x, weights
@@ -160,44 +117,12 @@ class Encoder(MaskByKeyword, TransformerStack):
     TensorShape([64, 25, 512])
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        input_vocab_size,
-        maximum_position_encoding,
-        rate=0.1,
-        norm_first=False,
-        activation="relu",
-        position_encoding="sinusoidal",
-        pad_token_idx=0,
-        embedding=None,
-        **kwargs,
-    ):
-        super().__init__(**_config.layer_kwargs("Encoder", kwargs))
-        self.input_vocab_size = input_vocab_size
-        self.enc_layers = self._init_stack(
-            EncoderLayer,
-            "encoder_layer",
-            "input_vocab_size",
-            input_vocab_size,
-            num_layers,
-            d_model,
-            num_heads,
-            dff,
-            maximum_position_encoding,
-            rate,
-            norm_first,
-            activation,
-            position_encoding,
-            pad_token_idx,
-            embedding,
-        )
+    LAYER, LAYERS, VOCAB = EncoderLayer, "enc_layers", "input_vocab_size"
 
-    def build(self, input_shape):
-        self._build_stack(input_shape, self.enc_layers)
+    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
+                 maximum_position_encoding, **options):
+        super().__init__(num_layers, d_model, num_heads, dff, input_vocab_size,
+                         maximum_position_encoding, **options)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False):
         mask = as_attention_mask(mask)
@@ -218,8 +143,3 @@ class Encoder(MaskByKeyword, TransformerStack):
 
     def compute_mask(self, x, mask=None):
         return keras.ops.not_equal(x, self.pad_token_idx)  # (B, S)
-
-    def get_config(self):
-        config = super().get_config()
-        config["input_vocab_size"] = self.input_vocab_size
-        return config

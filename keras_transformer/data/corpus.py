@@ -36,68 +36,40 @@ PRONOUNS = {  # English -> (Korean noun, subject form with 이/가)
     "they": ("그들", "그들이"),
 }
 
+def _nouns(entries):
+    """`"english:korean ..."` -> `{key: (English forms, Korean)}`.
+
+    A plain entry is a countable noun ("a cake", "the cake"; "an" before a
+    vowel); `~` marks a mass noun ("bread", "the bread"), `^` one used with
+    "the" only ("the news"), `=` one used bare ("English"). Keys are the
+    English words in lower case.
+    """
+    nouns = {}
+    for entry in entries.split():
+        english, korean = entry.split(":")
+        mark, word = (english[0], english[1:]) if english[0] in "~^=" else ("", english)
+        forms = {
+            "": [("an " if word[0] in "aeiou" else "a ") + word, "the " + word],
+            "~": [word, "the " + word],
+            "^": ["the " + word],
+            "=": [word],
+        }[mark]
+        nouns[word.lower()] = (forms, korean)
+    return nouns
+
+
 # Objects by category: English forms (with and without an article) -> Korean.
 OBJECTS = {
-    "food": {
-        "apple": (["an apple", "the apple"], "사과"),
-        "bread": (["bread", "the bread"], "빵"),
-        "rice": (["rice", "the rice"], "밥"),
-        "cake": (["a cake", "the cake"], "케이크"),
-        "soup": (["soup", "the soup"], "국"),
-        "noodles": (["noodles", "the noodles"], "국수"),
-        "kimchi": (["kimchi", "the kimchi"], "김치"),
-    },
-    "drink": {
-        "water": (["water", "the water"], "물"),
-        "milk": (["milk", "the milk"], "우유"),
-        "tea": (["tea", "the tea"], "차"),
-        "coffee": (["coffee", "the coffee"], "커피"),
-        "juice": (["juice", "the juice"], "주스"),
-    },
-    "text": {
-        "book": (["a book", "the book"], "책"),
-        "newspaper": (["a newspaper", "the newspaper"], "신문"),
-        "letter": (["a letter", "the letter"], "편지"),
-        "magazine": (["a magazine", "the magazine"], "잡지"),
-        "novel": (["a novel", "the novel"], "소설"),
-        "poem": (["a poem", "the poem"], "시"),
-    },
-    "show": {
-        "movie": (["a movie", "the movie"], "영화"),
-        "news": (["the news"], "뉴스"),
-        "drama": (["a drama", "the drama"], "드라마"),
-        "game": (["a game", "the game"], "경기"),
-    },
-    "thing": {
-        "bag": (["a bag", "the bag"], "가방"),
-        "umbrella": (["an umbrella", "the umbrella"], "우산"),
-        "key": (["a key", "the key"], "열쇠"),
-        "hat": (["a hat", "the hat"], "모자"),
-        "watch": (["a watch", "the watch"], "시계"),
-        "phone": (["a phone", "the phone"], "휴대폰"),
-        "flower": (["a flower", "the flower"], "꽃"),
-        "box": (["a box", "the box"], "상자"),
-    },
-    "door": {
-        "door": (["the door"], "문"),
-        "window": (["a window", "the window"], "창문"),
-    },
-    "subject": {
-        "korean": (["Korean"], "한국어"),
-        "english": (["English"], "영어"),
-        "math": (["math"], "수학"),
-        "music": (["music"], "음악"),
-        "history": (["history"], "역사"),
-    },
-    "instrument": {
-        "piano": (["the piano"], "피아노"),
-        "guitar": (["the guitar"], "기타"),
-        "drums": (["the drums"], "드럼"),
-    },
-    "picture": {
-        "picture": (["a picture", "the picture"], "그림"),
-        "map": (["a map", "the map"], "지도"),
-    },
+    "food": _nouns("apple:사과 ~bread:빵 ~rice:밥 cake:케이크 ~soup:국 ~noodles:국수 ~kimchi:김치"),
+    "drink": _nouns("~water:물 ~milk:우유 ~tea:차 ~coffee:커피 ~juice:주스"),
+    "text": _nouns("book:책 newspaper:신문 letter:편지 magazine:잡지 novel:소설 poem:시"),
+    "show": _nouns("movie:영화 ^news:뉴스 drama:드라마 game:경기"),
+    "thing": _nouns("bag:가방 umbrella:우산 key:열쇠 hat:모자 watch:시계 phone:휴대폰 flower:꽃 "
+                    "box:상자"),
+    "door": _nouns("^door:문 window:창문"),
+    "subject": _nouns("=Korean:한국어 =English:영어 =math:수학 =music:음악 =history:역사"),
+    "instrument": _nouns("^piano:피아노 ^guitar:기타 ^drums:드럼"),
+    "picture": _nouns("picture:그림 map:지도"),
     "person": {name: ([name], korean) for name, korean in PERSONS.items()},
 }
 # Things one can make, and things one can open and close, drawn from the above.
@@ -172,7 +144,8 @@ VERBS = {
     "open": Verb("open", "opens", "opened", ("연다", "열었다", "열 것이다"), ("door",)),
     "close": Verb("close", "closes", "closed", ("닫는다", "닫았다", "닫을 것이다"), ("door",)),
     "draw": Verb("draw", "draws", "drew", ("그린다", "그렸다", "그릴 것이다"), ("picture",)),
-    "play_instrument": Verb("play", "plays", "played", ("친다", "쳤다", "칠 것이다"), ("instrument",)),
+    "play_instrument": Verb("play", "plays", "played", ("친다", "쳤다", "칠 것이다"),
+                            ("instrument",)),
     "meet": Verb("meet", "meets", "met", ("만난다", "만났다", "만날 것이다"), ("person",)),
     "help": Verb("help", "helps", "helped", ("돕는다", "도왔다", "도울 것이다"), ("person",)),
     "wait": Verb("wait", "waits", "waited", ("기다린다", "기다렸다", "기다릴 것이다"),
