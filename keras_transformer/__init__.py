@@ -1,19 +1,47 @@
 """keras_transformer: the Transformer of the Korean TF2 chatbot tutorial as
-library-grade Keras 3 layers."""
+library-grade Keras 3 layers.
+
+Importing the package loads the core (layers, `Transformer`, masks,
+positions, decoding, losses, schedule: keras, tensorflow and numpy only). The
+application (`train`, `Translator`, `export_saved_model`, and with them
+tensorflow-text, sacrebleu and matplotlib) loads on first use.
+"""
+
+import importlib
 
 from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
 from keras_transformer.decoder import Decoder, DecoderLayer
 from keras_transformer.encoder import Encoder, EncoderLayer
-from keras_transformer.export import export_saved_model
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import create_look_ahead_mask, create_masks, create_padding_mask
 from keras_transformer.positional import get_angles, positional_encoding
-from keras_transformer.recipe import TrainResult, evaluate, train
 from keras_transformer.training import CustomSchedule, MaskedLoss, masked_accuracy, masked_loss
 from keras_transformer.transformer import Transformer
-from keras_transformer.translator import Translator
 
 __version__ = "0.1.0"
+
+# Public names of the application modules, imported on first use.
+_APPLICATION = {
+    "TrainConfig": "keras_transformer.config",
+    "TrainResult": "keras_transformer.recipe",
+    "evaluate": "keras_transformer.recipe",
+    "train": "keras_transformer.recipe",
+    "Translator": "keras_transformer.translator",
+    "export_saved_model": "keras_transformer.export",
+}
+
+
+def __getattr__(name):
+    if name in _APPLICATION:
+        value = getattr(importlib.import_module(_APPLICATION[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_APPLICATION))
+
 
 __all__ = [
     "CustomSchedule",
@@ -24,6 +52,7 @@ __all__ = [
     "MaskedLoss",
     "MultiHeadAttention",
     "TrainResult",
+    "TrainConfig",
     "Transformer",
     "Translator",
     "create_look_ahead_mask",

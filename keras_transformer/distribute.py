@@ -5,8 +5,10 @@ import os
 
 import tensorflow as tf
 
-STRATEGIES = ("mirrored", "multi_worker", "tpu")
-PRECISIONS = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+from keras_transformer.config import PRECISIONS, STRATEGIES
+from keras_transformer.errors import InputError
+
+POLICIES = dict(zip(PRECISIONS, ("mixed_bfloat16", "mixed_float16")))
 
 
 def get_strategy(strategy=None):
@@ -33,7 +35,7 @@ def get_strategy(strategy=None):
         return tf.distribute.MirroredStrategy()
     if strategy == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise ValueError(
+            raise InputError(
                 "strategy='multi_worker' needs the TF_CONFIG environment variable "
                 '(e.g. {"cluster": {"worker": ["host1:port", "host2:port"]}, '
                 '"task": {"type": "worker", "index": 0}}) in every worker process'
@@ -45,9 +47,9 @@ def get_strategy(strategy=None):
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
         except (ValueError, tf.errors.OpError) as error:
-            raise ValueError(f"strategy='tpu': no TPU found ({error})") from None
+            raise InputError(f"strategy='tpu': no TPU found ({error})") from None
         return tf.distribute.TPUStrategy(resolver)
-    raise ValueError(
+    raise InputError(
         f"Received an invalid value for argument `strategy`, expected None, a "
         f"tf.distribute.Strategy or one of {list(STRATEGIES)}. Received: strategy={strategy!r}"
     )
@@ -70,8 +72,8 @@ def dtype_policy(mixed_precision):
     if mixed_precision is None:
         return "float32"
     if mixed_precision not in PRECISIONS:
-        raise ValueError(
+        raise InputError(
             "Received an invalid value for argument `mixed_precision`, expected None or one "
             f"of {list(PRECISIONS)}. Received: mixed_precision={mixed_precision!r}"
         )
-    return PRECISIONS[mixed_precision]
+    return POLICIES[mixed_precision]

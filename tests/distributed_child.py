@@ -2,9 +2,13 @@
 (a strategy must be set up before TensorFlow starts its runtime).
 
     python tests/distributed_child.py mirrored OUT_DIR
-        Trains with the recipe on one CPU, then with MirroredStrategy over two
-        logical CPUs, same global batch; writes the per-step losses of both
-        to OUT_DIR/losses.json.
+        The same model takes plain SGD steps on one CPU, then with
+        MirroredStrategy over two logical CPUs, same global batch; then
+        evaluates on 35 pairs in batches of 32 (the last one splits 2 + 1
+        over the replicas). Writes OUT_DIR/{one_device,mirrored}.npz: the
+        weights before, after the first step and at the end, the gradient of
+        the first step ((before - after) / learning rate), the evaluated
+        masked accuracy, and (one device) the NumPy masked accuracy.
     python tests/distributed_child.py multi_worker OUT_DIR
         One worker of a MultiWorkerMirroredStrategy run (TF_CONFIG set by the
         caller); writes its final weights to OUT_DIR/weights-<index>.npz.
@@ -20,44 +24,82 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import keras_transformer as kt
 from conftest import TINY_TRAIN
 from keras_transformer import train
-from keras_transformer.data import english_korean_corpus
+from keras_transformer.data import english_korean_corpus, make_dataset
+from keras_transformer.text import WordTokenizer
 
 # No dropout: its masks are drawn per replica, so they differ from one device's.
 TINY = dict(TINY_TRAIN, rate=0.0, epochs=2, samples=0)
 
 
-class StepLosses(keras.callbacks.Callback):
-    """The loss of every step (Keras logs the running mean over the epoch)."""
+LEARNING_RATE = 0.5
+
+
+class FirstStepWeights(keras.callbacks.Callback):
+    """The weights before and right after the first training step."""
 
     def on_train_begin(self, logs=None):
-        self.losses = []
+        self.before = [w.numpy() for w in self.model.trainable_weights]
 
     def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
+        if batch == 0:
+            self.after = [w.numpy() for w in self.model.trainable_weights]
 
 
-def corpus():
-    return english_korean_corpus(train_size=200, valid_size=16, test_size=0, seed=3)
+def numpy_masked_accuracy(model, dataset, pad):
+    """The mean over batches of each batch's accuracy on its non-pad targets."""
+    values = []
+    for (inp, dec_in), dec_out in dataset:
+        predicted = np.argmax(model((inp, dec_in)).numpy(), axis=-1)
+        real = dec_out.numpy() != pad
+        values.append((predicted == dec_out.numpy())[real].mean())
+    return float(np.mean(values))
+
+
+def corpus(train_size=200, valid_size=16):
+    return english_korean_corpus(train_size=train_size, valid_size=valid_size, test_size=0,
+                                 seed=3)
 
 
 def mirrored(out_dir):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    data = corpus()
-    losses = {}
-    for name, strategy in (("one_device", None),
+    data = corpus(train_size=256, valid_size=35)
+    sources, targets = zip(*data["train"])
+    source, target = (WordTokenizer.from_texts(texts, verbose=0) for texts in (sources, targets))
+    train_data = make_dataset(data["train"], source, target, 16, batch_size=32, shuffle=True,
+                              seed=0, epochs=1)
+    valid_data = make_dataset(data["valid"], source, target, 16, batch_size=32, bucket=False)
+    for name, strategy in (("one_device", tf.distribute.get_strategy()),
                            ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
-        recorder = StepLosses()
-        train(data["train"], os.path.join(out_dir, name), data["valid"], strategy=strategy,
-              callbacks=[recorder], **TINY)
-        losses[name] = recorder.losses
-        losses[f"{name}_replicas"] = (strategy or tf.distribute.get_strategy()
-                                      ).num_replicas_in_sync
-    with open(os.path.join(out_dir, "losses.json"), "w", encoding="utf-8") as f:
-        json.dump(losses, f)
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = kt.Transformer(num_layers=1, d_model=16, num_heads=2, dff=32,
+                                   input_vocab_size=source.vocab_size,
+                                   target_vocab_size=target.vocab_size,
+                                   maximum_position_encoding=16, rate=0.0)
+            model.build(((None, None), (None, None)))
+            model.compile(keras.optimizers.SGD(LEARNING_RATE), loss=kt.MaskedLoss(),
+                          metrics=[kt.masked_accuracy])
+        first = FirstStepWeights()
+        model.fit(train_data, epochs=1, steps_per_epoch=8, callbacks=[first], shuffle=False,
+                  verbose=0)
+        accuracy = model.evaluate(valid_data, return_dict=True, verbose=0)["masked_accuracy"]
+        results = {
+            "replicas": strategy.num_replicas_in_sync,
+            "accuracy": accuracy,
+            **{f"before_{i}": w for i, w in enumerate(first.before)},
+            **{f"gradient_{i}": (b - a) / LEARNING_RATE
+               for i, (b, a) in enumerate(zip(first.before, first.after))},
+            **{f"final_{i}": w.numpy() for i, w in enumerate(model.trainable_weights)},
+        }
+        if name == "one_device":
+            results["numpy_accuracy"] = numpy_masked_accuracy(model, valid_data,
+                                                              target.pad_id)
+        np.savez(os.path.join(out_dir, f"{name}.npz"), **results)
 
 
 def multi_worker(out_dir):

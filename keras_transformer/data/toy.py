@@ -26,7 +26,7 @@ def reverse_task(n, vocab_size=16, min_len=3, max_len=8, seed=0):
 
     Example:
     >>> inp, dec_in, dec_out = reverse_task(1, min_len=3, max_len=3, seed=1)
-    >>> (dec_out[0, :3] == inp[0, ::-1]).all() and dec_out[0, 3] == 2
+    >>> bool((dec_out[0, :3] == inp[0, ::-1]).all() and dec_out[0, 3] == 2)
     True
     """
     n = _config.check_positive_int("n", n)

@@ -1,0 +1,57 @@
+"""The package as a whole: a light import, the core on its own, the public names."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras_transformer as kt
+
+APPLICATION = ("sacrebleu", "tensorflow_text", "keras_transformer.recipe",
+               "keras_transformer.translator", "keras_transformer.export",
+               "keras_transformer.plotting", "keras_transformer.text",
+               "keras_transformer.data")
+
+BUILD_AND_RUN = """
+import tensorflow as tf
+layer = kt.EncoderLayer(d_model=16, num_heads=2, dff=32)
+layer(tf.ones((2, 5, 16)), None)
+model = kt.Transformer(num_layers=1, d_model=16, num_heads=2, dff=32, input_vocab_size=20,
+                       target_vocab_size=20, maximum_position_encoding=8)
+model((tf.ones((2, 4), tf.int32), tf.ones((2, 3), tf.int32)))
+model.generate(tf.ones((2, 4), tf.int32), method="mmi")
+"""
+
+
+def run_python(code):
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, check=False,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_import_and_a_layer_load_no_application_module():
+    loaded = json.loads(run_python(
+        "import sys, json\nimport keras_transformer as kt\n" + BUILD_AND_RUN
+        + f"\nprint(json.dumps(sorted(m for m in sys.modules if m in {APPLICATION!r})))"
+    ).strip().splitlines()[-1])
+    assert loaded == []
+
+
+def test_the_core_needs_neither_matplotlib_sacrebleu_nor_tensorflow_text():
+    """Keras itself imports matplotlib when it is installed, so the core is
+    shown not to need it: it runs with all three made unimportable."""
+    run_python(
+        "import sys\n"
+        "for name in ('matplotlib', 'sacrebleu', 'tensorflow_text'):\n"
+        "    sys.modules[name] = None\n"
+        "import keras_transformer as kt\n" + BUILD_AND_RUN
+    )
+
+
+def test_application_names_load_on_first_use():
+    for name in ("train", "TrainConfig", "TrainResult", "Translator", "evaluate",
+                 "export_saved_model"):
+        assert getattr(kt, name).__name__ == name
+        assert name in dir(kt) and name in kt.__all__
