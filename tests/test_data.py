@@ -1,11 +1,15 @@
+import hashlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer.data import (
     DataFileError,
+    chatbot,
     english_korean_corpus,
     load_chatbot_csv,
+    load_chatbot_data,
     load_pairs,
     load_parallel_tsv,
     make_dataset,
@@ -172,6 +176,39 @@ def test_tsv_save_and_load_round_trip(tmp_path, small_corpus):
 
 
 # The tf.data pipeline.
+
+
+# ChatbotData, the book's data set.
+
+
+def test_load_chatbot_data_downloads_once_and_verifies_the_checksum(tmp_path, monkeypatch):
+    """The download path, offline: the "server" is a local file with CRLF lines, like
+    the real one."""
+    remote = tmp_path / "ChatbotData .csv"
+    remote.write_bytes("Q,A,label\r\n12시 땡!,하루가 또 가네요.,0\r\n"
+                       "\"쉼표, 있는 질문\",네,1\r\n".encode("utf-8"))
+    monkeypatch.setattr(chatbot, "CHATBOT_DATA_URL", remote.as_uri())
+    monkeypatch.setattr(chatbot, "CHATBOT_DATA_SHA256",
+                        hashlib.sha256(remote.read_bytes()).hexdigest())
+    cache = tmp_path / "cache"
+    expected = [("12시 땡!", "하루가 또 가네요."), ("쉼표, 있는 질문", "네")]
+    assert load_chatbot_data(cache_dir=str(cache)) == expected
+    assert (cache / "datasets" / "ChatbotData.csv").read_bytes() == remote.read_bytes()
+    remote.unlink()  # the second call reads the cached copy
+    assert load_chatbot_data(cache_dir=str(cache)) == expected
+    # A copy that does not match the checksum is fetched again, and refused.
+    remote.write_bytes(b"Q,A,label\r\ntampered,file,0\r\n")
+    with pytest.raises(ValueError, match="hash"):
+        load_chatbot_data(cache_dir=str(tmp_path / "fresh"))
+
+
+def test_load_chatbot_data_reads_a_local_copy_and_the_shipped_sample(tmp_path):
+    local = tmp_path / "mine.csv"
+    local.write_text("Q,A,label\n가끔 궁금해,그 사람도 그럴 거예요.,0\n", encoding="utf-8")
+    assert load_chatbot_data(str(local)) == [("가끔 궁금해", "그 사람도 그럴 거예요.")]
+    sample = load_chatbot_data(sample=True)
+    assert len(sample) == 1000 and len(set(sample)) > 990
+    assert all(question.strip() and answer.strip() for question, answer in sample)
 
 
 @pytest.fixture(scope="module")

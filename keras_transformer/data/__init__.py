@@ -1,5 +1,6 @@
 """Data: file loaders, the built-in corpus and toy task, tf.data pipelines."""
 
+from keras_transformer.data.chatbot import load_chatbot_data
 from keras_transformer.data.corpus import english_korean_corpus
 from keras_transformer.data.files import (
     DataFileError,
@@ -16,6 +17,7 @@ __all__ = [
     "encode_pairs",
     "english_korean_corpus",
     "load_chatbot_csv",
+    "load_chatbot_data",
     "load_pairs",
     "load_parallel_tsv",
     "make_dataset",

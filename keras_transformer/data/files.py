@@ -9,11 +9,12 @@ import io
 import os
 
 from keras_transformer._files import write_text
+from keras_transformer.errors import InputError
 
 FORMATS = ("chatbot", "tsv")
 
 
-class DataFileError(ValueError):
+class DataFileError(InputError):
     """A data file cannot be read; the message names the file and the line."""
 
     def __init__(self, path, line, message):
@@ -114,7 +115,7 @@ def load_parallel_tsv(path):
 def load_pairs(path, format):
     """Load `path` in `format` (`"chatbot"` or `"tsv"`); an empty result is an error."""
     if format not in FORMATS:
-        raise ValueError(
+        raise InputError(
             "Received an invalid value for argument `format`, expected one of "
             f"{list(FORMATS)}. Received: format={format!r}"
         )
