@@ -151,7 +151,7 @@ def test_vocabulary_size_is_respected_by_word_tokenizer():
 
 @pytest.mark.parametrize(
     "content, match",
-    [("a\nb\n", "must start with"), ("<PAD>\n<SOS>\n<END>\n<UNK>\nx\nx\n", "duplicate"),
+    [("a\nb\n", "lacks the special token"), ("<PAD>\n<SOS>\n<END>\n<UNK>\nx\nx\n", "duplicate"),
      ("<PAD>\n<SOS>\n<END>\n<UNK>\n\nx\n", "empty")],
 )
 def test_bad_vocabulary_file_names_the_file(tmp_path, content, match):

@@ -9,7 +9,6 @@ dec_out)`, with tokenisation inside the graph.
 import tensorflow as tf
 
 from keras_transformer import _config
-from keras_transformer.text.tokenizers import END, SOS
 
 _ENCODE_BATCH = 1024  # strings tokenised per map call.
 
@@ -24,7 +23,9 @@ def padded_sources(strings, tokenizer, max_length):
 
     The fixed width lets a decoding loop be traced once for every batch.
     """
-    return encode_sources(strings, tokenizer, max_length).to_tensor(shape=[None, max_length])
+    return encode_sources(strings, tokenizer, max_length).to_tensor(
+        default_value=tokenizer.pad_id, shape=[None, max_length]
+    )
 
 
 def encode_pairs(sources, targets, source_tokenizer, target_tokenizer, max_length):
@@ -38,8 +39,8 @@ def encode_pairs(sources, targets, source_tokenizer, target_tokenizer, max_lengt
     inp = encode_sources(sources, source_tokenizer, max_length)
     target = target_tokenizer.tokenize(targets)[:, : max_length - 1]
     batch = tf.shape(target.row_lengths())[0]
-    sos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(SOS, tf.int32)))
-    end = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(END, tf.int32)))
+    sos = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], target_tokenizer.start_id))
+    end = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], target_tokenizer.end_id))
     return inp, tf.concat([sos, target], axis=1), tf.concat([target, end], axis=1)
 
 
@@ -55,16 +56,45 @@ def truncation_stats(pairs, source_tokenizer, target_tokenizer, max_length):
         sources, targets = zip(*pairs[start : start + _ENCODE_BATCH])
         source_lengths = source_tokenizer.tokenize(list(sources)).row_lengths()
         target_lengths = target_tokenizer.tokenize(list(targets)).row_lengths()
-        stats["truncated_sources"] += int(tf.reduce_sum(tf.cast(source_lengths > max_length, tf.int32)))
-        stats["truncated_targets"] += int(
-            tf.reduce_sum(tf.cast(target_lengths > max_length - 1, tf.int32))
-        )
+        stats["truncated_sources"] += int(tf.math.count_nonzero(source_lengths > max_length))
+        stats["truncated_targets"] += int(tf.math.count_nonzero(target_lengths > max_length - 1))
     return stats
+
+
+_SORT_WINDOW = 32  # batches whose rows are sorted by length together.
+
+
+def _length_sorted_batches(order, lengths, batch_size, seed):
+    """Reorders row indices so that consecutive batches hold rows of similar length.
+
+    The rows of every window of `_SORT_WINDOW` batches (in `order`) are sorted
+    by length (stable), cut into batches, and the full batches are shuffled
+    with the stateless `seed`; a last, smaller batch stays last. Rows are
+    padded to the longest of their batch, so this removes most padding while
+    each batch still mixes rows from across the window.
+
+    Args:
+        order: int32 `(N,)` row indices (already shuffled).
+        lengths: int `(N,)` the length of each row of `order`.
+        batch_size: int.
+        seed: int64 `(2,)` stateless seed.
+
+    Returns:
+        int32 `(N,)` row indices.
+    """
+    n = tf.shape(order)[0]
+    window = tf.range(n) // (batch_size * _SORT_WINDOW)  # (N,)
+    key = tf.cast(window, tf.int64) * (tf.cast(tf.reduce_max(lengths), tf.int64) + 1)
+    order = tf.gather(order, tf.argsort(key + tf.cast(lengths, tf.int64), stable=True))
+    full = n // batch_size
+    batches = tf.reshape(order[: full * batch_size], (full, batch_size))  # (full, batch)
+    batches = tf.gather(batches, tf.random.experimental.stateless_shuffle(tf.range(full), seed))
+    return tf.concat([tf.reshape(batches, [-1]), order[full * batch_size :]], axis=0)
 
 
 def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_size=64,
                  shuffle=False, seed=None, bucket=True, drop_remainder=False, epochs=None,
-                 initial_epoch=0, static_shape=False):
+                 initial_epoch=0, static_shape=False, token_dropout=0.0):
     """A `tf.data.Dataset` of `((inp, dec_in), dec_out)` int32 batches for `fit`.
 
     Tokenisation runs in the graph; the encoded pairs are cached, then
@@ -79,9 +109,12 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
         batch_size: int. Defaults to `64`.
         shuffle: bool. Defaults to `False`.
         seed: int or `None`. Shuffle seed. Defaults to `None`.
-        bucket: bool. Group rows by length. Defaults to `True`. The number
-            of batches is then unknown to TensorFlow (`cardinality()` is
-            `UNKNOWN`); `bucket=False` keeps it known.
+        bucket: bool. Group rows by length. Defaults to `True`. Without
+            `epochs`, rows go to length buckets as they come and the number
+            of batches is unknown to TensorFlow (`cardinality()` is
+            `UNKNOWN`); `bucket=False` keeps it known. With `epochs`, each
+            pass sorts its rows by length within windows of 32 batches and
+            shuffles the batches, all seeded by `(seed, e)`.
         drop_remainder: bool. Drop a last, smaller batch. Defaults to `False`.
         epochs: int or `None`. With an int, one dataset holds the passes
             `initial_epoch, ..., epochs - 1`, pass `e` shuffled by `(seed, e)`
@@ -95,6 +128,11 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
             batch is `(batch_size, max_length)` (what TPUs and a
             once-compiled XLA step need). Overrides `bucket`. Defaults to
             `False`.
+        token_dropout: float in [0, 1). With `epochs`: each source token is
+            replaced with `<UNK>` with this probability, drawn anew every
+            pass (seeded by `(seed, e)`), so that the model learns to answer
+            from the rest of the sentence and meets `<UNK>` in training as
+            it does on unknown words. Defaults to `0.0`.
 
     Returns:
         `tf.data.Dataset` with element spec `((int32 (B, None), int32 (B, None)),
@@ -109,6 +147,12 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
         )
     if not pairs:
         raise ValueError("Received an invalid value for argument `pairs`: it is empty.")
+    _config.check_rate("token_dropout", token_dropout)
+    if token_dropout and epochs is None:
+        raise ValueError(
+            "Received an invalid value for argument `token_dropout`: it needs `epochs` (the "
+            f"training passes it draws for). Received: token_dropout={token_dropout}"
+        )
     sources, targets = (list(column) for column in zip(*pairs))
 
     def encode(source, target):
@@ -124,18 +168,23 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
     dataset = dataset.unbatch().map(lambda inputs, target: (inputs, target))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(pairs))).cache()
 
-    def batches(rows):
+    target_pad = tf.constant(target_tokenizer.pad_id, tf.int32)
+    padding = ((tf.constant(source_tokenizer.pad_id, tf.int32), target_pad), target_pad)
+
+    def batches(rows, sort=bucket):
         if static_shape:
             shape = tf.TensorShape([max_length])
             return rows.padded_batch(batch_size, padded_shapes=((shape, shape), shape),
+                                     padding_values=padding, drop_remainder=drop_remainder)
+        if not sort:
+            return rows.padded_batch(batch_size, padding_values=padding,
                                      drop_remainder=drop_remainder)
-        if not bucket:
-            return rows.padded_batch(batch_size, drop_remainder=drop_remainder)
         boundaries = list(range(8, max_length + 1, 8))
         return rows.bucket_by_sequence_length(
             lambda x, y: tf.maximum(tf.shape(x[0])[0], tf.shape(y)[0]),
             bucket_boundaries=boundaries,
             bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            padding_values=padding,
             drop_remainder=drop_remainder,
         )
 
@@ -144,22 +193,35 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
             dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
         dataset = batches(dataset)
     else:
-        rows, base_seed = dataset, 0 if seed is None else seed
+        base_seed = 0 if seed is None else seed
+        sort = bucket and not static_shape
         # All rows as one element of ragged tensors, to permute in the graph.
-        everything = rows.ragged_batch(len(pairs))
+        everything = dataset.ragged_batch(len(pairs))
+
+        def permute(epoch, inputs, target):
+            order = tf.range(len(pairs))
+            if shuffle:
+                order = tf.random.experimental.stateless_shuffle(
+                    order, seed=tf.stack([tf.constant(base_seed, tf.int64), epoch]))
+            if sort:
+                lengths = tf.maximum(inputs[0].row_lengths(), target.row_lengths())
+                order = _length_sorted_batches(
+                    order, tf.gather(lengths, order), batch_size,
+                    seed=tf.stack([tf.constant(-1 - base_seed, tf.int64), epoch]))
+            (inp, dec_in), dec_out = tf.nest.map_structure(lambda t: tf.gather(t, order),
+                                                           (inputs, target))
+            if token_dropout:
+                noise = tf.random.stateless_uniform(
+                    tf.shape(inp.flat_values),
+                    seed=tf.stack([tf.constant(base_seed, tf.int64), epoch + 2**31]))
+                inp = inp.with_flat_values(tf.where(noise < token_dropout,
+                                                    source_tokenizer.unk_id, inp.flat_values))
+            return (inp, dec_in), dec_out
 
         def one_pass(epoch):
-            if not shuffle:
-                return batches(rows)
-            order = tf.random.experimental.stateless_shuffle(
-                tf.range(len(pairs)), seed=tf.stack([tf.constant(base_seed, tf.int64), epoch])
-            )
-            permuted = everything.map(
-                lambda inputs, target: tf.nest.map_structure(
-                    lambda t: tf.gather(t, order), (inputs, target)
-                )
-            )
-            return batches(permuted.unbatch().map(lambda inputs, target: (inputs, target)))
+            permuted = everything.map(lambda inputs, target: permute(epoch, inputs, target))
+            return batches(permuted.unbatch().map(lambda inputs, target: (inputs, target)),
+                           sort=False)
 
         dataset = tf.data.Dataset.range(initial_epoch, epochs).flat_map(one_pass)
     return dataset.prefetch(tf.data.AUTOTUNE)

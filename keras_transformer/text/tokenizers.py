@@ -15,12 +15,14 @@ All kinds first normalise the text: invalid UTF-8 bytes are replaced with
 U+FFFD, the text is NFC-normalised (Korean stays in precomposed syllables, no
 jamo splitting), lower-cased when `lower_case=True` (the default; Hangul has
 no case), and every run of control or separator characters becomes one space.
-The special tokens are `<PAD>`=0, `<SOS>`=1, `<END>`=2, `<UNK>`=3; no text
-ever tokenizes to the first three.
+The special tokens are `<PAD>`, `<SOS>`, `<END>` and `<UNK>`. A learned
+vocabulary puts them first (ids 0, 1, 2, 3, the tutorial's); a vocabulary
+given by the user may hold them anywhere, and a tokenizer reads their ids
+from it (`pad_id`, `start_id`, `end_id`, `unk_id`). No text ever tokenizes to
+the first three.
 """
 
 import collections
-import math
 
 import keras
 import tensorflow as tf
@@ -30,8 +32,9 @@ from tensorflow_text.tools.wordpiece_vocab import (
 )
 
 from keras_transformer._files import write_text
+from keras_transformer.errors import InputError
 
-PAD, SOS, END, UNK = 0, 1, 2, 3
+PAD, SOS, END, UNK = 0, 1, 2, 3  # their ids in a learned vocabulary
 SPECIAL_TOKENS = ("<PAD>", "<SOS>", "<END>", "<UNK>")
 # The tutorial's FILTERS: characters deleted before splitting into words.
 TUTORIAL_FILTERS = r"[~.,!?\"':;)(]"
@@ -49,8 +52,8 @@ class Tokenizer(tf.Module):
     back to strings `(B,)`.
 
     Args:
-        vocabulary: list of str. The tokens; index = id. Must start with
-            `SPECIAL_TOKENS` and hold no duplicates, empty strings or
+        vocabulary: list of str. The tokens; index = id. Must hold each of
+            `SPECIAL_TOKENS` (anywhere) and no duplicates, empty strings or
             whitespace.
         lower_case: bool. Lower-case the text before splitting. Defaults to
             `True`.
@@ -65,12 +68,15 @@ class Tokenizer(tf.Module):
         _check_vocabulary(vocabulary)
         self.vocabulary = vocabulary
         self.lower_case = bool(lower_case)
+        self.pad_id, self.start_id, self.end_id, self.unk_id = (
+            vocabulary.index(token) for token in SPECIAL_TOKENS
+        )
         self._tokens = tf.constant(vocabulary, dtype=tf.string)
         self._table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 self._tokens, tf.range(len(vocabulary), dtype=tf.int64)
             ),
-            default_value=UNK,
+            default_value=self.unk_id,
         )
 
     @property
@@ -124,7 +130,11 @@ class Tokenizer(tf.Module):
             strings = strings[tf.newaxis]
         ids = self._lookup(self.split(self.normalize(strings)))
         # Text must never produce a control token (say, a literal "<END>").
-        ids = tf.ragged.map_flat_values(lambda x: tf.where(x <= END, UNK, x), ids)
+        ids = tf.ragged.map_flat_values(
+            lambda x: tf.where((x == self.pad_id) | (x == self.start_id) | (x == self.end_id),
+                               self.unk_id, x),
+            ids,
+        )
         return ids[0] if scalar else ids
 
     def id_to_token(self, ids):
@@ -137,7 +147,7 @@ class Tokenizer(tf.Module):
         ids = tf.cast(ids, tf.int32)
 
         def gather(flat):
-            flat = tf.where((flat >= 0) & (flat < self.vocab_size), flat, UNK)
+            flat = tf.where((flat >= 0) & (flat < self.vocab_size), flat, self.unk_id)
             return tf.gather(self._tokens, flat)
 
         if isinstance(ids, tf.RaggedTensor):
@@ -165,8 +175,10 @@ class Tokenizer(tf.Module):
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         ids = tf.cast(ids, tf.int32)
-        before_end = tf.math.cumsum(tf.cast(ids == END, tf.int32), axis=1) == 0
-        ids = tf.ragged.boolean_mask(ids, before_end & (ids != PAD) & (ids != SOS))
+        before_end = tf.math.cumsum(tf.cast(ids == self.end_id, tf.int32), axis=1) == 0
+        ids = tf.ragged.boolean_mask(
+            ids, before_end & (ids != self.pad_id) & (ids != self.start_id)
+        )
         text = self.join(self.id_to_token(ids))
         return text[0] if single else text
 
@@ -248,7 +260,7 @@ class WordPieceTokenizer(Tokenizer):
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             self.vocabulary,
             suffix_indicator=self.suffix_indicator,
-            unknown_token=SPECIAL_TOKENS[UNK],
+            unknown_token=SPECIAL_TOKENS[UNK],  # its id is looked up in the vocabulary
             no_pretokenization=True,
             token_out_type=tf.int64,
         )
@@ -272,52 +284,26 @@ class WordPieceTokenizer(Tokenizer):
 
     @classmethod
     def learn_vocabulary(cls, word_counts, vocab_size, verbose=0):
-        """tensorflow-text's WordPiece learning, with a progress bar, trimmed to size.
+        """tensorflow-text's WordPiece learner (`learn`), trimmed to size.
 
-        The learner keeps the sub-words counted at least `threshold` times; a
-        binary search looks for the threshold whose vocabulary fits
+        The learner searches for the count threshold whose vocabulary fits
         `vocab_size` (within 5%). On corpora full of words seen once, like
-        chat logs, no threshold fits: then the vocabulary of the threshold
-        just too small is taken and trimmed. Every character of the corpus
+        chat logs, no threshold fits and it returns a larger vocabulary (3x
+        on ChatbotData): that one is trimmed. Every character of the corpus
         keeps a token and a `"##"` twin, so any word made of known characters
         can be spelled; the other tokens are kept most frequent first.
         """
         if not word_counts:
             return list(SPECIAL_TOKENS)
-        params = wordpiece_learner.Params(
-            upper_thresh=int(1e7), lower_thresh=1, num_iterations=4,
-            max_input_tokens=int(5e6), max_token_length=50,
+        vocabulary = wordpiece_learner.learn(
+            list(word_counts.items()),
+            vocab_size,
+            list(SPECIAL_TOKENS),
+            lower_thresh=1,
             max_unique_chars=len({char for word in word_counts for char in word}),
-            vocab_size=vocab_size, slack_ratio=0.05, include_joiner_token=True,
-            joiner=cls.suffix_indicator, reserved_tokens=list(SPECIAL_TOKENS),
+            joiner=cls.suffix_indicator,
         )
-        counts = wordpiece_learner.get_input_words(
-            list(word_counts.items()), params.reserved_tokens, params.max_token_length
-        )
-        upper, lower = wordpiece_learner.get_search_threshs(
-            counts, params.upper_thresh, params.lower_thresh
-        )
-        counts = wordpiece_learner.filter_input_words(
-            counts, wordpiece_learner.get_allowed_chars(counts, params.max_unique_chars),
-            params.max_input_tokens,
-        )
-        progress = keras.utils.Progbar(math.ceil(math.log2(upper - lower + 2)), verbose=verbose,
-                                       unit_name="search step")
-        smallest_over = largest_fit = None
-        while lower <= upper:
-            threshold = (lower + upper) // 2
-            candidate = wordpiece_learner.learn_with_thresh(counts, threshold, params)
-            progress.add(1)
-            if len(candidate) > vocab_size:
-                smallest_over, lower = candidate, threshold + 1  # thresholds only rise
-            else:
-                largest_fit, upper = candidate, threshold - 1
-                if len(candidate) >= vocab_size * (1 - params.slack_ratio):
-                    break
-        progress.update(progress.target, finalize=True)
-        if largest_fit and len(largest_fit) >= vocab_size * (1 - params.slack_ratio):
-            return largest_fit
-        return cls._trim(smallest_over or largest_fit, vocab_size)
+        return cls._trim(vocabulary, vocab_size)
 
     @classmethod
     def _trim(cls, vocabulary, vocab_size):
@@ -387,21 +373,21 @@ def load_vocabulary(path):
     """Read a vocabulary file written by `Tokenizer.save_vocabulary`.
 
     Raises:
-        ValueError: naming the file, when it is not a vocabulary.
+        InputError: naming the file, when it is not a vocabulary.
         OSError: when it cannot be read.
     """
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a keras_transformer vocabulary: not valid UTF-8 "
+        raise InputError(f"{path}: not a keras_transformer vocabulary: not valid UTF-8 "
                          f"({error.reason} at byte {error.start})") from None
     if lines and lines[-1] == "":
         lines.pop()
     try:
         _check_vocabulary(lines)
     except ValueError as error:
-        raise ValueError(f"{path}: not a keras_transformer vocabulary: {error}") from None
+        raise InputError(f"{path}: not a keras_transformer vocabulary: {error}") from None
     return lines
 
 
@@ -412,11 +398,9 @@ def tokenizer_from_config(config, vocabulary):
 
 
 def _check_vocabulary(vocabulary):
-    if tuple(vocabulary[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-        raise ValueError(
-            f"the vocabulary must start with {list(SPECIAL_TOKENS)}; "
-            f"it starts with {vocabulary[: len(SPECIAL_TOKENS)]}"
-        )
+    missing = [token for token in SPECIAL_TOKENS if token not in vocabulary]
+    if missing:
+        raise ValueError(f"the vocabulary lacks the special token(s) {missing}")
     seen = set()
     for index, token in enumerate(vocabulary):
         if not token or any(char.isspace() for char in token):
