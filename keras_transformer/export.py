@@ -27,9 +27,13 @@ import tensorflow as tf
 
 from keras_transformer import _config
 from keras_transformer.data.pipeline import padded_sources
-from keras_transformer.transformer import METHODS
+from keras_transformer.transformer import METHODS, check_generate_options
 
 VOCABULARY_FILES = ("source_vocab.txt", "target_vocab.txt")
+# The `generate` options an export fixes (sampling is left out: a served model
+# answers the same request the same way).
+EXPORTED_OPTIONS = frozenset({"method", "beam_size", "length_penalty", "mmi_weight",
+                              "max_length"})
 
 
 class TranslatorModule(tf.Module):
@@ -38,23 +42,28 @@ class TranslatorModule(tf.Module):
     Args:
         model: `Transformer`.
         source_tokenizer, target_tokenizer: `keras_transformer.text.Tokenizer`.
-        method: str. `"greedy"` or `"beam"`. Defaults to `"greedy"`.
-        beam_size: int. For `"beam"`. Defaults to `4`.
-        max_length: int. Most output tokens. Defaults to `None`
-            (`maximum_position_encoding`).
         vocabulary_files: list of str. Files to keep as assets. Defaults to
             `None`.
+        **generate_options: how to decode, as in `Transformer.generate`:
+            `method` (`"greedy"`, the default, `"beam"` or `"mmi"`; a
+            SavedModel does not sample), `beam_size`, `length_penalty`,
+            `mmi_weight`, `max_length`.
     """
 
-    def __init__(self, model, source_tokenizer, target_tokenizer, method="greedy", beam_size=4,
-                 max_length=None, vocabulary_files=None):
+    def __init__(self, model, source_tokenizer, target_tokenizer, vocabulary_files=None,
+                 **generate_options):
         super().__init__(name="translator")
-        _config.check_choice("method", method, [m for m in METHODS if m != "sample"])
+        unknown = set(generate_options) - EXPORTED_OPTIONS
+        if unknown:
+            raise TypeError(f"export cannot fix the decoding options {sorted(unknown)}; it "
+                            f"takes {sorted(EXPORTED_OPTIONS)}")
+        _config.check_choice("method", generate_options.get("method", "greedy"),
+                             [m for m in METHODS if m != "sample"])
+        check_generate_options(**generate_options)
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self._options = {"method": method, "beam_size": _config.check_positive_int(
-            "beam_size", beam_size), "max_length": max_length}
+        self._options = generate_options
         if vocabulary_files:
             self.vocabularies = [tf.saved_model.Asset(path) for path in vocabulary_files]
 
@@ -67,8 +76,7 @@ class TranslatorModule(tf.Module):
         return {"text": self.target_tokenizer.detokenize(tokens), "token_ids": tokens}
 
 
-def export_saved_model(model, source_tokenizer, target_tokenizer, path, method="greedy",
-                       beam_size=4, max_length=None):
+def export_saved_model(model, source_tokenizer, target_tokenizer, path, **generate_options):
     """Write a string-in, string-out SavedModel to `path`, atomically.
 
     The model is written to a temporary directory beside `path` and renamed
@@ -79,20 +87,28 @@ def export_saved_model(model, source_tokenizer, target_tokenizer, path, method="
         model: `Transformer`.
         source_tokenizer, target_tokenizer: `keras_transformer.text.Tokenizer`.
         path: str. Output directory; replaced if it exists.
-        method: str. `"greedy"` or `"beam"`. Defaults to `"greedy"`.
-        beam_size: int. For `"beam"`. Defaults to `4`.
-        max_length: int. Most output tokens. Defaults to `None`
-            (`maximum_position_encoding`).
+        **generate_options: the decoding, as in `Transformer.generate`:
+            `method` (`"greedy"`, the default, `"beam"` or `"mmi"`),
+            `beam_size`, `length_penalty`, `mmi_weight`, `max_length`.
 
     Returns:
         str: `path`.
 
-    Example:
+    Example (an untrained model; `Translator.load(directory)` gives a trained one):
 
-    >>> translator = Translator.load("runs/en-ko")  # doctest: +SKIP
-    >>> export_saved_model(translator.model, translator.source_tokenizer,
-    ...                    translator.target_tokenizer, "exported/en-ko")  # doctest: +SKIP
-    >>> tf.saved_model.load("exported/en-ko").translate(tf.constant(["I read."]))  # doctest: +SKIP
+    >>> import tempfile
+    >>> from keras_transformer import Transformer
+    >>> from keras_transformer.text import WordTokenizer
+    >>> tokenizer = WordTokenizer.from_texts(["i read a book", "책을 읽었다"], verbose=0)
+    >>> model = Transformer(num_layers=1, d_model=16, num_heads=2, dff=32,
+    ...                     input_vocab_size=tokenizer.vocab_size,
+    ...                     target_vocab_size=tokenizer.vocab_size,
+    ...                     maximum_position_encoding=8)
+    >>> path = export_saved_model(model, tokenizer, tokenizer,
+    ...                           tempfile.mkdtemp() + "/exported")
+    >>> served = tf.saved_model.load(path)  # needs tensorflow_text, not this package
+    >>> served.translate(tf.constant(["I read a book."]))["text"].shape
+    TensorShape([1])
     """
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
@@ -103,8 +119,8 @@ def export_saved_model(model, source_tokenizer, target_tokenizer, path, method="
             files = [os.path.join(assets, name) for name in VOCABULARY_FILES]
             source_tokenizer.save_vocabulary(files[0])
             target_tokenizer.save_vocabulary(files[1])
-            module = TranslatorModule(model, source_tokenizer, target_tokenizer, method,
-                                      beam_size, max_length, vocabulary_files=files)
+            module = TranslatorModule(model, source_tokenizer, target_tokenizer,
+                                      vocabulary_files=files, **generate_options)
             # Track the TensorFlow variables the signature reads: the TF1
             # loader of `saved_model_cli run` and TF Serving look them up
             # there, not through the Keras model's own tracking.

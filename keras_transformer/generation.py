@@ -51,7 +51,10 @@ def greedy_search(
         were generated; after `<END>` a row holds `<PAD>`.
     """
     if choose_fn is None:
-        choose_fn = lambda logits, index: tf.argmax(logits, -1, output_type=tf.int32)
+
+        def choose_fn(logits, index):
+            return tf.argmax(logits, -1, output_type=tf.int32)
+
     collect = weight_buffers is not None
     tokens = tf.fill((batch_size, max_length), tf.cast(pad_token_idx, tf.int32))
     finished = tf.zeros((batch_size,), tf.bool)
@@ -147,8 +150,9 @@ def beam_search(
         length_penalty: scalar float tensor alpha.
 
     Returns:
-        `(tokens (B, L) int32, n)`: the best hypothesis of every row; only the
-        first `n` columns were generated.
+        `(tokens (B, K, L) int32, log_probs (B, K) float32, n)`: every row's
+        hypotheses, best (by length-penalised log-probability) first, with
+        their log-probabilities; only the first `n` columns were generated.
     """
     K, V = beam_size, vocab_size
     neg_inf = -float("inf")
@@ -189,10 +193,10 @@ def beam_search(
         state = gather_state_fn(state, tf.reshape(parent + row_offsets, [-1]))
         return index + 1, tf.reshape(token, [-1]), seqs, log_probs, finished, lengths, state
 
-    n, _, seqs, _, _, _, _ = tf.while_loop(
+    n, _, seqs, log_probs, _, _, _ = tf.while_loop(
         cond,
         body,
         (tf.constant(0), current, seqs, log_probs, finished, lengths, state),
     )
-    # top_k sorts, so beam 0 holds the best score of every row.
-    return seqs[:, 0, :], n
+    # top_k sorts, so the beams are in order of score, best first.
+    return seqs, log_probs, n

@@ -9,11 +9,65 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _config, generation
+from keras_transformer._compat import MultiWorkerFit
+from keras_transformer._stack import TransformerStack
 from keras_transformer.decoder import Decoder
 from keras_transformer.encoder import Encoder
 from keras_transformer.masking import create_masks, create_padding_mask
 
-METHODS = ("greedy", "beam", "sample")
+METHODS = ("greedy", "beam", "sample", "mmi")
+BEAM_METHODS = ("beam", "mmi")
+# lambda of method="mmi", chosen on ChatbotData's validation split (see
+# benchmarks/RESULTS.md).
+MMI_WEIGHT = 0.1
+
+
+def check_generate_options(method="greedy", beam_size=4, temperature=1.0, top_k=0, top_p=1.0,
+                           mmi_weight=MMI_WEIGHT, num_return_sequences=1,
+                           return_attention_weights=False, use_cache=True, **ignored):
+    """Validates the decoding options of `Transformer.generate` (see there).
+
+    Raises:
+        ValueError: in the Keras message form, naming the argument and value.
+    """
+    _config.check_choice("method", method, METHODS)
+    _config.check_positive_int("beam_size", beam_size)
+    _config.check_non_negative_int("top_k", top_k)
+    if not temperature > 0:
+        raise ValueError(
+            "Received an invalid value for argument `temperature`, expected a "
+            f"float > 0. Received: temperature={temperature!r}"
+        )
+    if not 0 < top_p <= 1:
+        raise ValueError(
+            "Received an invalid value for argument `top_p`, expected a float "
+            f"in (0, 1]. Received: top_p={top_p!r}"
+        )
+    if return_attention_weights and method != "greedy":
+        raise ValueError(
+            "Received an invalid value for argument `return_attention_weights`: "
+            f"only method='greedy' returns weights. Received: method={method!r}"
+        )
+    _config.check_positive_int("num_return_sequences", num_return_sequences)
+    if num_return_sequences > 1 and (
+        method not in BEAM_METHODS or num_return_sequences > beam_size
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `num_return_sequences`, expected 1, "
+            "or with method='beam' or 'mmi' at most beam_size. Received: "
+            f"num_return_sequences={num_return_sequences}, method={method!r}, "
+            f"beam_size={beam_size}"
+        )
+    if not mmi_weight >= 0:
+        raise ValueError(
+            "Received an invalid value for argument `mmi_weight`, expected a float "
+            f">= 0. Received: mmi_weight={mmi_weight!r}"
+        )
+    if not use_cache and method in BEAM_METHODS:
+        raise ValueError(
+            "Received an invalid value for argument `use_cache`: beam search "
+            f"always uses the cache. Received: use_cache=False, method={method!r}"
+        )
 
 
 class _TiedOutputProjection(keras.layers.Layer):
@@ -45,7 +99,7 @@ class _FunctionCache:
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(MultiWorkerFit, keras.Model):
     """Encoder-decoder Transformer of "Attention Is All You Need".
 
     `Transformer(**kargs)` with the tutorial's config dict works unchanged.
@@ -98,61 +152,31 @@ class Transformer(keras.Model):
     TensorShape([2, 25, 8000])
     """
 
-    def __init__(
-        self,
-        num_layers,
-        d_model,
-        num_heads,
-        dff,
-        input_vocab_size,
-        target_vocab_size,
-        maximum_position_encoding,
-        rate=0.1,
-        end_token_idx=2,
-        model_name="transformer",
-        norm_first=False,
-        activation="relu",
-        position_encoding="sinusoidal",
-        share_embeddings=False,
-        pad_token_idx=0,
-        start_token_idx=1,
-        **kwargs,
-    ):
+    CONFIG = (*TransformerStack.CONFIG, "input_vocab_size", "target_vocab_size",
+              "end_token_idx", "model_name", "share_embeddings", "start_token_idx")
+
+    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
+                 maximum_position_encoding, rate=0.1, end_token_idx=2, model_name="transformer",
+                 norm_first=False, activation="relu", position_encoding="sinusoidal",
+                 share_embeddings=False, pad_token_idx=0, start_token_idx=1, **kwargs):
         kwargs = _config.layer_kwargs("Transformer", kwargs)
         kwargs.setdefault("name", model_name)
         super().__init__(**kwargs)
-        self.model_name = model_name
-        _config.check_model_args(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            dff=dff,
-            input_vocab_size=input_vocab_size,
-            target_vocab_size=target_vocab_size,
-            maximum_position_encoding=maximum_position_encoding,
-            rate=rate,
+        sizes = dict(num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+                     input_vocab_size=input_vocab_size, target_vocab_size=target_vocab_size,
+                     maximum_position_encoding=maximum_position_encoding)
+        _config.check_model_args(rate=rate, **sizes)
+        _config.set_attributes(
+            self, **sizes, rate=rate, model_name=model_name, norm_first=bool(norm_first),
+            activation=activation, position_encoding=position_encoding,
+            share_embeddings=bool(share_embeddings),
+            end_token_idx=_config.check_token_idx("end_token_idx", end_token_idx,
+                                                  target_vocab_size),
+            start_token_idx=_config.check_token_idx("start_token_idx", start_token_idx,
+                                                    target_vocab_size),
+            pad_token_idx=_config.check_token_idx(
+                "pad_token_idx", pad_token_idx, min(input_vocab_size, target_vocab_size)),
         )
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.input_vocab_size = input_vocab_size
-        self.target_vocab_size = target_vocab_size
-        self.maximum_position_encoding = maximum_position_encoding
-        self.rate = rate
-        self.end_token_idx = _config.check_token_idx(
-            "end_token_idx", end_token_idx, target_vocab_size
-        )
-        self.start_token_idx = _config.check_token_idx(
-            "start_token_idx", start_token_idx, target_vocab_size
-        )
-        self.pad_token_idx = _config.check_token_idx(
-            "pad_token_idx", pad_token_idx, min(input_vocab_size, target_vocab_size)
-        )
-        self.norm_first = bool(norm_first)
-        self.activation = activation
-        self.position_encoding = position_encoding
-        self.share_embeddings = bool(share_embeddings)
 
         shared = None
         if self.share_embeddings:
@@ -166,20 +190,9 @@ class Transformer(keras.Model):
             shared = keras.layers.Embedding(
                 input_vocab_size, d_model, dtype=self.dtype_policy, name="shared_embedding"
             )
-        common = dict(
-            num_layers=num_layers,
-            d_model=d_model,
-            num_heads=num_heads,
-            dff=dff,
-            maximum_position_encoding=maximum_position_encoding,
-            rate=rate,
-            norm_first=norm_first,
-            activation=activation,
-            position_encoding=position_encoding,
-            pad_token_idx=pad_token_idx,
-            embedding=shared,
-            dtype=self.dtype_policy,
-        )
+        # The arguments the encoder and the decoder share.
+        common = {name: getattr(self, name) for name in TransformerStack.CONFIG}
+        common.update(embedding=shared, dtype=self.dtype_policy)
         self.encoder = Encoder(input_vocab_size=input_vocab_size, name="encoder", **common)
         self.decoder = Decoder(target_vocab_size=target_vocab_size, name="decoder", **common)
         if self.share_embeddings:
@@ -217,18 +230,47 @@ class Transformer(keras.Model):
         return logits
 
     def _next_token_logits(self, hidden):
-        """float32 logits `(N, V)` for hidden states `(N, 1, d_model)`.
+        """float32 logits `(N, V)` for hidden states `(N, 1, d_model)`."""
+        return self._ban_specials(self.final_layer(hidden)[:, 0])  # (N, V)
 
-        `<PAD>` and `<SOS>` are never generated: a `<PAD>` inside an output
-        could not be told from the padding after `<END>`.
-        """
-        logits = tf.cast(self.final_layer(hidden)[:, 0], tf.float32)  # (N, V)
+    def _ban_specials(self, logits):
+        """float32 logits `(..., V)` with `<PAD>` and `<SOS>` at -inf: they are
+        never generated (a `<PAD>` inside an output could not be told from the
+        padding after `<END>`)."""
         banned = {self.pad_token_idx, self.start_token_idx} - {self.end_token_idx}
         blocked = tf.reduce_any(
             tf.one_hot(sorted(banned), self.target_vocab_size, on_value=True, off_value=False),
             axis=0,
         )  # (V,)
-        return tf.where(blocked, -float("inf"), logits)
+        return tf.where(blocked, -float("inf"), tf.cast(logits, tf.float32))
+
+    def _unconditional_log_probs(self, tokens, src_len):
+        """log p(T | empty source) of generated rows `tokens` `(N, L)`.
+
+        The source is all `<PAD>`: every cross-attention row is masked, so the
+        decoder sees no input and scores how likely `T` is as an answer to
+        anything (the "anti-language model" of maximum-mutual-information
+        decoding, Li et al., 2016).
+
+        Returns:
+            float32 `(N,)`: the sum of the log-probabilities of the tokens of
+            each row, `<END>` included, `<PAD>` excluded.
+        """
+        rows = tf.shape(tokens)[0]
+        empty = tf.fill((1, src_len), self.pad_token_idx)  # (1, S)
+        mask = create_padding_mask(empty, self.pad_token_idx)  # (1, 1, 1, S)
+        enc_output = tf.repeat(self.encoder(empty, mask, training=False), rows, axis=0)
+        mask = tf.repeat(mask, rows, axis=0)  # (N, 1, 1, S)
+        # Teacher forcing: <SOS> + T as the decoder input (<END> read as <PAD>).
+        dec_in = tf.concat(
+            [tf.fill((rows, 1), self.start_token_idx), tokens[:, :-1]], axis=1
+        )  # (N, L)
+        dec_in = tf.where(dec_in == self.end_token_idx, self.pad_token_idx, dec_in)
+        dec_output, _ = self.decoder(dec_in, enc_output, None, mask, training=False)
+        log_probs = tf.nn.log_softmax(self._ban_specials(self.final_layer(dec_output)))
+        token_log_probs = tf.gather(log_probs, tokens, batch_dims=2)  # (N, L)
+        real = tokens != self.pad_token_idx
+        return tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)
 
     def generate(
         self,
@@ -244,6 +286,8 @@ class Transformer(keras.Model):
         return_attention_weights=False,
         jit_compile=False,
         use_cache=True,
+        num_return_sequences=1,
+        mmi_weight=MMI_WEIGHT,
     ):
         """Batched autoregressive decoding in one compiled loop.
 
@@ -251,10 +295,16 @@ class Transformer(keras.Model):
             inp: int tensor `(B, S)`. Source ids padded with `<PAD>`.
             max_length: int. Most tokens to generate, `<END>` included; at most
                 `maximum_position_encoding` (the default).
-            method: str. `"greedy"`, `"beam"` or `"sample"`. Defaults to
-                `"greedy"`.
-            beam_size: int. Hypotheses per row for `"beam"`. Defaults to `4`.
-            length_penalty: float. GNMT alpha for `"beam"`. Defaults to `0.6`.
+            method: str. `"greedy"`, `"beam"`, `"sample"` or `"mmi"`: beam
+                search whose `beam_size` hypotheses are reranked by
+                `log p(T|S) - mmi_weight * log p(T)`, `p(T)` being the model's
+                probability of the answer for an empty source (maximum mutual
+                information, Li et al., 2016: it demotes answers that fit any
+                input, like "I don't know"). Defaults to `"greedy"`.
+            beam_size: int. Hypotheses per row for `"beam"` and `"mmi"`.
+                Defaults to `4`.
+            length_penalty: float. GNMT alpha for `"beam"` and `"mmi"`.
+                Defaults to `0.6`.
             temperature: float > 0. For `"sample"`. Defaults to `1.0`.
             top_k: int. For `"sample"`: keep the k most likely tokens; `0`
                 keeps all. Defaults to `0`.
@@ -270,15 +320,26 @@ class Transformer(keras.Model):
             use_cache: bool. Decode with the key/value cache; `False`
                 re-runs the decoder over the whole prefix at every step (slow;
                 `"greedy"` and `"sample"` only). Defaults to `True`.
+            num_return_sequences: int. For `"beam"` and `"mmi"`: return this
+                many hypotheses per row (at most `beam_size`), best first, as
+                `(B, num_return_sequences, n)`. Defaults to `1`.
+            mmi_weight: float >= 0. lambda of `"mmi"`; `0` ranks by
+                `log p(T|S)` alone. Defaults to `MMI_WEIGHT`.
 
         Returns:
             int32 `(B, n)`: the tokens after `<SOS>`, `<END>` included when
             produced, then `<PAD>`; `n <= max_length` is the number of steps
             run (decoding stops once every row has produced `<END>`). With
+            `num_return_sequences > 1`, `(B, num_return_sequences, n)`. With
             `return_attention_weights`, `(tokens, weights)`.
 
         Example:
-        >>> model.generate(tf.constant([[5, 6, 7, 0]]), method="beam")  # doctest: +SKIP
+        >>> model = Transformer(num_layers=1, d_model=16, num_heads=2, dff=32,
+        ...                     input_vocab_size=20, target_vocab_size=20,
+        ...                     maximum_position_encoding=8)
+        >>> tokens = model.generate(tf.constant([[5, 6, 7, 0]]), method="beam")
+        >>> tokens.dtype.name, tokens.shape[0], tokens.shape[1] <= 8
+        ('int32', 1, True)
         """
         if max_length is None:
             max_length = self.maximum_position_encoding
@@ -289,29 +350,11 @@ class Transformer(keras.Model):
                 f"most maximum_position_encoding={self.maximum_position_encoding}. "
                 f"Received: max_length={max_length}"
             )
-        _config.check_choice("method", method, METHODS)
-        beam_size = _config.check_positive_int("beam_size", beam_size)
-        top_k = _config.check_non_negative_int("top_k", top_k)
-        if not temperature > 0:
-            raise ValueError(
-                "Received an invalid value for argument `temperature`, expected a "
-                f"float > 0. Received: temperature={temperature!r}"
-            )
-        if not 0 < top_p <= 1:
-            raise ValueError(
-                "Received an invalid value for argument `top_p`, expected a float "
-                f"in (0, 1]. Received: top_p={top_p!r}"
-            )
-        if return_attention_weights and method != "greedy":
-            raise ValueError(
-                "Received an invalid value for argument `return_attention_weights`: "
-                f"only method='greedy' returns weights. Received: method={method!r}"
-            )
-        if not use_cache and method == "beam":
-            raise ValueError(
-                "Received an invalid value for argument `use_cache`: beam search "
-                "always uses the cache. Received: use_cache=False, method='beam'"
-            )
+        check_generate_options(
+            method=method, beam_size=beam_size, temperature=temperature, top_k=top_k, top_p=top_p,
+            mmi_weight=mmi_weight, num_return_sequences=num_return_sequences,
+            return_attention_weights=return_attention_weights, use_cache=use_cache,
+        )
         inp = tf.convert_to_tensor(inp)
         if inp.shape.rank != 2 or not inp.dtype.is_integer:
             raise ValueError(
@@ -327,13 +370,11 @@ class Transformer(keras.Model):
         if seed is None:
             seed = random.randrange(2**31)
 
+        # The options fixed in the compiled loop; the others are its tensor arguments.
         options = dict(
-            method=method,
-            max_length=max_length,
-            beam_size=beam_size,
-            top_k=top_k,
-            return_attention_weights=return_attention_weights,
-            use_cache=use_cache,
+            method=method, max_length=max_length, beam_size=beam_size, top_k=top_k,
+            return_attention_weights=return_attention_weights, use_cache=use_cache,
+            num_return_sequences=num_return_sequences,
         )
         decode = self._generate_fns.get(
             (jit_compile, *options.items()),
@@ -347,8 +388,9 @@ class Transformer(keras.Model):
             tf.constant(top_p, tf.float32),
             tf.constant(length_penalty, tf.float32),
             tf.constant(seed, tf.int64),
+            tf.constant(mmi_weight, tf.float32),
         )
-        tokens = tokens[:, :n]  # (B, n)
+        tokens = tokens[..., :n]  # (B, n) or (B, R, n)
         if return_attention_weights:
             return tokens, {name: w[:, :, :n, :] for name, w in weights.items()}
         return tokens
@@ -360,6 +402,7 @@ class Transformer(keras.Model):
         top_p,
         length_penalty,
         seed,
+        mmi_weight,
         *,
         method,
         max_length,
@@ -367,12 +410,13 @@ class Transformer(keras.Model):
         top_k,
         return_attention_weights,
         use_cache,
+        num_return_sequences,
     ):
         """The body of `generate`'s compiled function: encode once, then loop."""
         batch_size = tf.shape(inp)[0]
         enc_padding_mask = create_padding_mask(inp, self.pad_token_idx)  # (B, 1, 1, S)
         enc_output = self.encoder(inp, enc_padding_mask, training=False)  # (B, S, d_model)
-        if method == "beam":  # row b * K + k is beam k of source b
+        if method in BEAM_METHODS:  # row b * K + k is beam k of source b
             enc_padding_mask = tf.repeat(enc_padding_mask, beam_size, axis=0)  # (B*K, 1, 1, S)
 
         def cached_step(tokens, index, cache):
@@ -402,7 +446,7 @@ class Transformer(keras.Model):
 
         if use_cache:
             step, state = cached_step, self.decoder.init_cache(enc_output, max_length)
-            if method == "beam":  # encoder keys and values are projected once per source
+            if method in BEAM_METHODS:  # encoder keys and values are projected once per source
                 state = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), state)
         else:
             prefix = tf.fill((batch_size, max_length), self.pad_token_idx)
@@ -413,7 +457,7 @@ class Transformer(keras.Model):
             pad_token_idx=self.pad_token_idx,
         )
 
-        if method == "beam":
+        if method in BEAM_METHODS:
 
             def gather_cache(cache, rows):
                 return [
@@ -424,7 +468,7 @@ class Transformer(keras.Model):
                     for layer in cache
                 ]
 
-            tokens, n = generation.beam_search(
+            tokens, log_probs, n = generation.beam_search(
                 step,
                 state,
                 gather_cache,
@@ -434,8 +478,17 @@ class Transformer(keras.Model):
                 self.target_vocab_size,
                 length_penalty=length_penalty,
                 **specials,
-            )
-            return tokens, n, {}
+            )  # (B, K, L), best first
+            if method == "mmi":
+                prior = self._unconditional_log_probs(
+                    tf.reshape(tokens, (batch_size * beam_size, max_length)), tf.shape(inp)[1]
+                )  # (B*K,)
+                scores = log_probs - mmi_weight * tf.reshape(prior, (batch_size, beam_size))
+                tokens = tf.gather(tokens, tf.argsort(scores, direction="DESCENDING"),
+                                   batch_dims=1)  # (B, K, L), best first
+            if num_return_sequences == 1:
+                return tokens[:, 0], n, {}  # (B, L)
+            return tokens[:, :num_return_sequences], n, {}  # (B, R, L)
 
         buffers = None
         if return_attention_weights:
@@ -482,58 +535,7 @@ class Transformer(keras.Model):
             predict_tokens.append(token)
         return predict_tokens
 
-    def train_step(self, data):
-        return self._multi_worker_logs(super().train_step(data))
-
-    def test_step(self, data):
-        return self._multi_worker_logs(super().test_step(data))
-
-    def _multi_worker_logs(self, logs):
-        # Under MultiWorkerMirroredStrategy Keras averages each logged value
-        # over the replicas with `strategy.reduce("MEAN", value, axis=0)`,
-        # which fails on scalars: give it vectors of one value.
-        if isinstance(self._distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
-        return logs
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras builds a distributed model from a first batch averaged over
-        # the replicas with one `strategy.reduce` of the whole nested batch,
-        # which MultiWorkerMirroredStrategy refuses for nested inputs like
-        # ((inp, dec_in), dec_out) ("Attempt to convert a value (PerReplica").
-        # Only the shapes matter: hand it this worker's first replica's batch.
-        strategy = self._distribute_strategy
-        if iterator is not None and isinstance(strategy,
-                                               tf.distribute.MultiWorkerMirroredStrategy):
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda value: strategy.experimental_local_results(value)[0],
-                    next(batches),
-                )
-                break
-            iterator = None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "dff": self.dff,
-                "input_vocab_size": self.input_vocab_size,
-                "target_vocab_size": self.target_vocab_size,
-                "maximum_position_encoding": self.maximum_position_encoding,
-                "rate": self.rate,
-                "end_token_idx": self.end_token_idx,
-                "model_name": self.model_name,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-                "position_encoding": self.position_encoding,
-                "share_embeddings": self.share_embeddings,
-                "pad_token_idx": self.pad_token_idx,
-                "start_token_idx": self.start_token_idx,
-            }
-        )
+        config.update({name: getattr(self, name) for name in self.CONFIG})
         return config

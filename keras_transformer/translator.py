@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from keras_transformer._files import atomic_path, write_text
 from keras_transformer.data.pipeline import padded_sources
+from keras_transformer.errors import InputError
 from keras_transformer.text.tokenizers import load_vocabulary, tokenizer_from_config
 from keras_transformer.transformer import Transformer
 
@@ -35,11 +36,20 @@ class Translator:
         source_tokenizer: `keras_transformer.text.Tokenizer` for the inputs.
         target_tokenizer: `keras_transformer.text.Tokenizer` for the outputs.
 
-    Example:
+    Example (an untrained model: `Translator.load("runs/chatbot")` reloads
+    what `keras-transformer train` wrote, and answers
+    `translate(["가끔 궁금해"])` with `['그 사람도 그럴 거예요.']`):
 
-    >>> translator = Translator.load("runs/chatbot")  # doctest: +SKIP
-    >>> translator.translate(["가끔 궁금해"])  # doctest: +SKIP
-    ['그 사람도 그럴 거예요']
+    >>> from keras_transformer.text import WordTokenizer
+    >>> tokenizer = WordTokenizer.from_texts(["가끔 궁금해", "그 사람도 그럴 거예요"],
+    ...                                      verbose=0)
+    >>> model = Transformer(num_layers=1, d_model=16, num_heads=2, dff=32,
+    ...                     input_vocab_size=tokenizer.vocab_size,
+    ...                     target_vocab_size=tokenizer.vocab_size,
+    ...                     maximum_position_encoding=8)
+    >>> answers = Translator(model, tokenizer, tokenizer).translate(["가끔 궁금해"])
+    >>> len(answers), type(answers[0]).__name__
+    (1, 'str')
     """
 
     def __init__(self, model, source_tokenizer, target_tokenizer):
@@ -53,9 +63,21 @@ class Translator:
             ("target_tokenizer", target_tokenizer, model.target_vocab_size),
         ):
             if tokenizer.vocab_size != size:
-                raise ValueError(
+                raise InputError(
                     f"Received an invalid value for argument `{name}`: its vocabulary "
                     f"has {tokenizer.vocab_size} tokens but the model expects {size}."
+                )
+        expected = {
+            "source_tokenizer.pad_id": (source_tokenizer.pad_id, model.pad_token_idx),
+            "target_tokenizer.pad_id": (target_tokenizer.pad_id, model.pad_token_idx),
+            "target_tokenizer.start_id": (target_tokenizer.start_id, model.start_token_idx),
+            "target_tokenizer.end_id": (target_tokenizer.end_id, model.end_token_idx),
+        }
+        for name, (tokenizer_id, model_id) in expected.items():
+            if tokenizer_id != model_id:
+                raise InputError(
+                    f"Received an invalid tokenizer: {name} is {tokenizer_id}, but the "
+                    f"model's special id is {model_id}."
                 )
         self.model = model
         self.source_tokenizer = source_tokenizer
@@ -132,8 +154,8 @@ class Translator:
         layer = range(self.model.num_layers)[layer]
         weights = weights[f"decoder_layer{layer + 1}_block2"][0].numpy()  # (heads, n, S)
         output = tokens[0].numpy()
-        length = int(np.sum(output > 0))
-        source_length = int(np.sum(ids[0].numpy() > 0))
+        length = int(np.sum(output != self.model.pad_token_idx))
+        source_length = int(np.sum(ids[0].numpy() != self.model.pad_token_idx))
         source_tokens = self._token_strings(self.source_tokenizer, ids[0][:source_length])
         target_tokens = self._token_strings(self.target_tokenizer, output[:length])
         return weights[:, :length, :source_length], source_tokens, target_tokens
@@ -142,11 +164,17 @@ class Translator:
     def _token_strings(tokenizer, ids):
         return [token.decode("utf-8") for token in tokenizer.id_to_token(ids).numpy()]
 
-    def save(self, directory):
+    def save(self, directory, train_config=None):
         """Write the model, both vocabularies and `config.json` into `directory`.
 
         Each file is written under a temporary name and renamed into place: an
         interrupted save leaves the files of the previous save whole.
+
+        Args:
+            directory: str. Created if needed.
+            train_config: dict. The options the model was trained with
+                (`TrainConfig.to_dict()`), recorded in `config.json` under
+                `"train"`. Defaults to `None`.
         """
         os.makedirs(directory, exist_ok=True)
         with atomic_path(os.path.join(directory, MODEL_FILE)) as temporary:
@@ -162,6 +190,8 @@ class Translator:
                                      vocabulary=TARGET_VOCAB_FILE),
             "max_length": self.max_length,
         }
+        if train_config is not None:
+            config["train"] = train_config
         write_text(os.path.join(directory, CONFIG_FILE),
                    json.dumps(config, ensure_ascii=False, indent=2))
 
@@ -184,19 +214,19 @@ class Translator:
                 tokenizers.append(tokenizer_from_config(options, vocabulary))
             model_path = _existing(os.path.join(directory, config["model"]))
         except (KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"{config_path}: not a translator configuration ({error!r})") from None
+            raise InputError(f"{config_path}: not a translator configuration ({error!r})") from None
         try:
             # safe_mode: a `.keras` file holding Python code (a `Lambda`) is
             # refused, not run.
             model = keras.models.load_model(model_path, safe_mode=True)
         except Exception as error:  # Keras raises many types for a damaged file.
-            raise ValueError(f"{model_path}: cannot load the model ({error})") from error
+            raise InputError(f"{model_path}: cannot load the model ({error})") from error
         return cls(model, *tokenizers)
 
 
 def _existing(path):
     if not os.path.isfile(path):
-        raise ValueError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     return path
 
 
@@ -205,7 +235,7 @@ def _read_json(path):
         with open(_existing(path), encoding="utf-8") as f:
             config = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+        raise InputError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise InputError(f"{path}: expected a JSON object")
     return config
