@@ -9,7 +9,6 @@ atomically, the counter last, and keeps that state too.
 """
 
 import json
-import math
 import os
 import time
 
@@ -17,6 +16,7 @@ import keras
 import numpy as np
 
 from keras_transformer._files import atomic_path, write_text
+from keras_transformer.errors import InputError
 
 STATE_FILE = "state.json"
 WEIGHTS_PATTERN = "epoch-{:05d}.weights.h5"
@@ -51,7 +51,7 @@ class Backup(keras.callbacks.Callback):
         """The saved state dict (`epoch`, `finished`, ...), or `None`.
 
         Raises:
-            ValueError: naming the file, when it cannot be read.
+            InputError: naming the file, when it cannot be read.
         """
         if not os.path.isfile(self.state_path):
             return None
@@ -60,7 +60,7 @@ class Backup(keras.callbacks.Callback):
                 state = json.load(f)
             int(state["epoch"])
         except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{self.state_path}: not a training backup ({error!r})") from None
+            raise InputError(f"{self.state_path}: not a training backup ({error!r})") from None
         return state
 
     def restore(self, model):
@@ -78,10 +78,10 @@ class Backup(keras.callbacks.Callback):
         try:
             model.load_weights(weights_path)
         except Exception as error:  # h5py and Keras raise many types.
-            raise ValueError(f"{weights_path}: cannot load the backup ({error})") from error
+            raise InputError(f"{weights_path}: cannot load the backup ({error})") from error
         variables = _seed_states(model)
         if len(variables) != len(state["seed_states"]):
-            raise ValueError(f"{self.state_path}: the backup is of another model")
+            raise InputError(f"{self.state_path}: the backup is of another model")
         for variable, value in zip(variables, state["seed_states"]):
             variable.assign(np.asarray(value, dtype=variable.dtype))
         return int(state["epoch"])
@@ -114,49 +114,123 @@ class Backup(keras.callbacks.Callback):
         self.save(epoch + 1)
 
 
+MODES = ("min", "max")
+
+
+def _improves(value, best, mode):
+    """Whether `value` beats `best` (`None`: nothing to beat yet)."""
+    if best is None:
+        return True
+    return value < best if mode == "min" else value > best
+
+
+class EpochScores(keras.callbacks.Callback):
+    """Adds scores computed from the model at the end of every epoch to the logs.
+
+    Callbacks after this one in the list (checkpoints, early stopping, the
+    CSV log, the progress bar, `History`) see the scores as if `fit` had
+    computed them.
+
+    Args:
+        score_fn: callable `model -> dict` of floats, e.g. BLEU and chrF of
+            greedy translations of validation sentences.
+        prefix: str. Put before every key. Defaults to `"val_"`.
+    """
+
+    def __init__(self, score_fn, prefix="val_"):
+        super().__init__()
+        self.score_fn, self.prefix = score_fn, prefix
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs.update({self.prefix + key: float(value)
+                         for key, value in self.score_fn(self.model).items()})
+
+
 class BestWeights(keras.callbacks.Callback):
-    """Keep the weights of the epoch with the lowest `monitor`, written atomically.
+    """Keep the weights of the epoch with the best `monitor`, written atomically.
 
     Args:
         path: str. A `.weights.h5` file.
         monitor: str. Defaults to `"val_loss"`.
+        mode: str. `"min"` (lower is better) or `"max"`. Defaults to `"min"`.
         best: float. The value to beat (from earlier runs of a resumed
-            training). Defaults to `inf`.
+            training). Defaults to `None` (the first epoch is kept).
     """
 
-    def __init__(self, path, monitor="val_loss", best=math.inf):
+    def __init__(self, path, monitor="val_loss", mode="min", best=None):
         super().__init__()
-        self.path, self.monitor, self.best = path, monitor, best
+        if mode not in MODES:
+            raise ValueError(f"Received an invalid value for argument `mode`, expected one "
+                             f"of {list(MODES)}. Received: mode={mode!r}")
+        self.path, self.monitor, self.mode, self.best = path, monitor, mode, best
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
-        if value is not None and value < self.best:
+        if value is not None and _improves(value, self.best, self.mode):
             self.best = float(value)
             with atomic_path(self.path) as temporary:
                 self.model.save_weights(temporary)
 
 
-class EarlyStopping(keras.callbacks.EarlyStopping):
-    """`keras.callbacks.EarlyStopping` on a lower-is-better `monitor` that
-    starts from the values of the epochs an earlier run already trained, so a
-    resumed run stops where one that never stopped would.
+class EarlyStopping(keras.callbacks.Callback):
+    """Stop training after `patience` epochs without a better `monitor`.
+
+    Unlike `keras.callbacks.EarlyStopping` it starts from the values of the
+    epochs an earlier run already trained, so a resumed run stops where one
+    that never stopped would.
 
     Args:
+        monitor: str. Defaults to `"val_loss"`.
+        mode: str. `"min"` (lower is better) or `"max"`. Defaults to `"min"`.
+        patience: int. Epochs without improvement before stopping.
+            Defaults to `5`.
         earlier: list of float. The monitored values of the earlier epochs.
-        **kwargs: `keras.callbacks.EarlyStopping` arguments (`mode="min"`).
+            Defaults to `()`.
+        start_from_epoch: int. Epochs (from 0) before this one are not
+            watched, e.g. those of the learning-rate warm-up. Defaults to `0`.
+        goal: float. Stop as soon as `monitor` reaches it (a score that
+            cannot get better, like chrF 100), warm-up or not. Defaults to
+            `None`.
+
+    Attributes:
+        stopped_epoch: int. The epoch (from 0) after which it stopped, or `None`.
     """
 
-    def __init__(self, earlier=(), **kwargs):
-        super().__init__(mode="min", **kwargs)
+    def __init__(self, monitor="val_loss", mode="min", patience=5, earlier=(),
+                 start_from_epoch=0, goal=None):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"Received an invalid value for argument `mode`, expected one "
+                             f"of {list(MODES)}. Received: mode={mode!r}")
+        self.monitor, self.mode, self.patience = monitor, mode, patience
         self.earlier = list(earlier)
+        self.start_from_epoch, self.goal = start_from_epoch, goal
+        self.stopped_epoch = None
 
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)
-        for value in self.earlier:
-            if self.best is None or value < self.best - self.min_delta:
-                self.best, self.wait = value, 0
-            else:
-                self.wait += 1
+        self.best, self.wait = None, 0
+        for value in self.earlier[self.start_from_epoch:]:
+            self._update(value)
+
+    def _update(self, value):
+        """Record one epoch's value; returns whether it improved."""
+        if _improves(value, self.best, self.mode):
+            self.best, self.wait = value, 0
+            return True
+        self.wait += 1
+        return False
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            return
+        reached = self.goal is not None and not _improves(self.goal, value, self.mode)
+        if epoch < self.start_from_epoch and not reached:
+            return
+        if reached or (not self._update(float(value)) and self.wait >= self.patience):
+            self.model.stop_training = True
+            self.stopped_epoch = epoch
 
 
 class TimeBudget(keras.callbacks.Callback):

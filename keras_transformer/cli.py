@@ -1,4 +1,4 @@
-"""Command line: `python -m keras_transformer {demo,train,chat,translate}`.
+"""Command line: `python -m keras_transformer {demo,train,chat,translate,export,saved-model-cli}`.
 
 - `demo`: train on the built-in English -> Korean corpus, score the held-out
   test split, print samples, write plots, end with one JSON line.
@@ -7,28 +7,41 @@
   otherwise exactly one answer line per input line on stdout).
 - `translate`: one output line per TEXT argument.
 - `export`: a string-in, string-out SavedModel of a model directory.
-- `saved-model-cli`: TensorFlow's `saved_model_cli` with the tensorflow-text
-  ops registered, so that `run` works on exported models.
+- `saved-model-cli`: `show` and `run` for exported models, with the
+  tensorflow-text ops registered (the stock `saved_model_cli run` cannot).
 
+The training flags are generated from `keras_transformer.config.TrainConfig`.
 Messages and progress go to stderr (Keras' training bars to stdout, except in
 `chat` and `translate`, whose stdout holds answers only). A user mistake (a
-missing file, a malformed line, a bad value) ends with one line on stderr and
-exit status 2.
+bad flag value, a missing or malformed file) ends with one line on stderr and
+exit status 2; anything else is a bug, reported with its traceback and exit
+status 1.
 """
 
 import argparse
+import ast
 import contextlib
-import inspect
+import dataclasses
 import json
 import os
 import sys
 import time
+import traceback
 
+from keras_transformer.config import TrainConfig
+from keras_transformer.errors import InputError
+
+# How `chat` decodes unless told otherwise: the best on ChatbotData's
+# validation split (benchmarks/RESULTS.md).
+CHAT_METHOD = "mmi"
 DEMO_SIZES = {"train_size": 12000, "valid_size": 500, "test_size": 1000}
-
-
-class UserError(Exception):
-    """A mistake in the command line or its files: reported in one line."""
+# The demo's options where they differ from `TrainConfig`'s defaults.
+DEMO_CONFIG = TrainConfig(tokenizer="word", vocab_size=1000, d_model=128, num_heads=4, dff=256,
+                          max_length=16, epochs=8)
+GROUPS = {"text": "text", "model": "model (the tutorial's kargs and options)",
+          "training": "training", "scale": "speed and scale"}
+BUG_REPORT = ("This is a bug in keras-transformer, not a mistake of yours: please report it "
+              "with the traceback above.")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,90 +51,77 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _model_flags(parser, defaults):
-    group = parser.add_argument_group("model (the tutorial's kargs)")
-    group.add_argument("--num-layers", type=int, default=defaults["num_layers"])
-    group.add_argument("--d-model", type=int, default=defaults["d_model"])
-    group.add_argument("--num-heads", type=int, default=defaults["num_heads"])
-    group.add_argument("--dff", type=int, default=defaults["dff"])
-    group.add_argument("--rate", type=float, default=defaults["rate"], help="dropout rate")
-    group.add_argument("--max-length", type=int, default=defaults["max_length"],
-                       help="maximum_position_encoding; longer sentences are cut")
-    group.add_argument("--norm-first", action="store_true", help="pre-LayerNorm blocks")
-    group.add_argument("--activation", choices=("relu", "gelu"), default="relu")
+def _config_flags(parser, defaults, skip=()):
+    """One flag per `TrainConfig` field; a flag left out keeps `defaults`' value.
+
+    The parsed namespace holds only the flags given on the command line
+    (`argparse.SUPPRESS`), so `_train_config` knows what the user chose.
+    """
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in skip:
+            continue
+        meta, default = field.metadata, getattr(defaults, field.name)
+        flag = "--" + field.name.replace("_", "-")
+        help_text = meta["help"] + ("" if default is None else f" (default: {default})")
+        if meta["type"] is bool:
+            groups[meta["group"]].add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                help=help_text)
+        else:
+            groups[meta["group"]].add_argument(
+                flag, type=meta["type"] or str, choices=meta["choices"],
+                default=argparse.SUPPRESS, help=help_text,
+                metavar=None if meta["choices"] else field.name.upper())
 
 
-def _training_flags(parser, defaults):
-    group = parser.add_argument_group("training")
-    group.add_argument("--tokenizer", choices=("wordpiece", "word", "char"),
-                       default=defaults["tokenizer"])
-    group.add_argument("--vocab-size", type=int, default=defaults["vocab_size"],
-                       help="largest vocabulary per side")
-    group.add_argument("--batch-size", type=int, default=defaults["batch_size"])
-    group.add_argument("--epochs", type=int, default=defaults["epochs"])
-    group.add_argument("--patience", type=int, default=defaults["patience"],
-                       help="early stopping patience (epochs without a better val_loss)")
-    group.add_argument("--warmup-steps", type=int, default=None,
-                       help="learning-rate warm-up (default: a tenth of all steps, <= 4000)")
-    group.add_argument("--label-smoothing", type=float, default=defaults["label_smoothing"])
-    group.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                       help="stop training after SECONDS, then evaluate and save")
-    group.add_argument("--seed", type=int, default=defaults["seed"])
-    group.add_argument("--jit-compile", action="store_true", help="XLA-compile the train step")
-    group.add_argument("--mixed-precision", choices=("bf16", "fp16"), default=None,
-                       help="mixed_bfloat16 or mixed_float16 (with loss scaling) training")
-    group.add_argument("--static-shape", action="store_true",
-                       help="pad every batch to --max-length and drop the last smaller one "
-                       "(one shape to compile: TPUs, XLA)")
-    group.add_argument("--strategy", choices=("mirrored", "multi_worker", "tpu"), default=None,
-                       help="tf.distribute strategy; --batch-size is the global batch "
-                       "(multi_worker: run one process per worker, each with its TF_CONFIG)")
+def _train_config(args, defaults):
+    """`defaults` with the flags given on the command line."""
+    given = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainConfig)
+             if hasattr(args, field.name)}
+    return dataclasses.replace(defaults, **given)
 
 
-def _decoding_flags(parser):
+def _decoding_flags(parser, method):
+    from keras_transformer.transformer import METHODS, MMI_WEIGHT
+
     group = parser.add_argument_group("decoding")
-    group.add_argument("--method", choices=("greedy", "beam", "sample"), default="greedy")
-    group.add_argument("--beam-size", type=int, default=4)
+    group.add_argument("--method", choices=METHODS, default=method,
+                       help="greedy, beam search, sampling, or beam search reranked by "
+                       "mutual information (mmi: demotes answers that fit any input) "
+                       "(default: %(default)s)")
+    group.add_argument("--beam-size", type=int, default=4,
+                       help="for beam and mmi (default: %(default)s)")
+    group.add_argument("--length-penalty", type=float, default=0.6,
+                       help="GNMT alpha, for beam and mmi (default: %(default)s)")
+    group.add_argument("--mmi-weight", type=float, default=MMI_WEIGHT,
+                       help="lambda in log p(T|S) - lambda log p(T), for mmi "
+                       "(default: %(default)s)")
     group.add_argument("--temperature", type=float, default=1.0)
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--top-p", type=float, default=1.0)
     group.add_argument("--seed", type=int, default=None, help="sampling seed")
 
 
-def _train_options(args):
-    return {
-        "tokenizer": args.tokenizer,
-        "vocab_size": args.vocab_size,
-        "num_layers": args.num_layers,
-        "d_model": args.d_model,
-        "num_heads": args.num_heads,
-        "dff": args.dff,
-        "rate": args.rate,
-        "max_length": args.max_length,
-        "model_options": {"norm_first": args.norm_first, "activation": args.activation},
-        "batch_size": args.batch_size,
-        "epochs": args.epochs,
-        "patience": args.patience,
-        "warmup_steps": args.warmup_steps,
-        "label_smoothing": args.label_smoothing,
-        "time_budget": args.time_budget,
-        "seed": args.seed,
-        "jit_compile": args.jit_compile,
-        "mixed_precision": args.mixed_precision,
-        "static_shape": args.static_shape,
-        "strategy": args.strategy,
-    }
-
-
 def _generate_options(args):
-    return {
+    """The decoding flags as `generate` arguments, checked."""
+    from keras_transformer.transformer import check_generate_options
+
+    options = {
         "method": args.method,
         "beam_size": args.beam_size,
+        "length_penalty": args.length_penalty,
+        "mmi_weight": args.mmi_weight,
         "temperature": args.temperature,
         "top_k": args.top_k,
         "top_p": args.top_p,
         "seed": args.seed,
     }
+    try:
+        check_generate_options(**options)
+    except ValueError as error:
+        raise InputError(str(error)) from None
+    return options
 
 
 def demo(args):
@@ -129,9 +129,10 @@ def demo(args):
     from keras_transformer.recipe import evaluate, progress_verbosity, train
 
     start = time.monotonic()
-    corpus = english_korean_corpus(seed=args.seed, **DEMO_SIZES)
+    config = _train_config(args, DEMO_CONFIG)
+    corpus = english_korean_corpus(seed=config.seed, **DEMO_SIZES)
     with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
-        result = train(corpus["train"], args.out, corpus["valid"], **_train_options(args))
+        result = train(corpus["train"], args.out, corpus["valid"], config)
         print(f"Decoding the test split ({len(corpus['test'])} sentences with (subject, "
               "verb) pairs never seen in training)")
         scores, hypotheses, references = evaluate(result.translator, corpus["test"],
@@ -150,11 +151,13 @@ def train_command(args):
     from keras_transformer.data.files import load_pairs
     from keras_transformer.recipe import train
 
+    # A chatbot's questions and answers share one vocabulary unless told otherwise.
+    defaults = TrainConfig(shared_vocabulary=args.format == "chatbot")
+    config = _train_config(args, defaults)
     pairs = load_pairs(args.data, args.format)
     valid = load_pairs(args.valid, args.format) if args.valid else None
-    shared = args.format == "chatbot" if args.shared_vocabulary is None else args.shared_vocabulary
     with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
-        result = train(pairs, args.out, valid, shared_vocabulary=shared, **_train_options(args))
+        result = train(pairs, args.out, valid, config)
     print(json.dumps(result.metrics))
     return 0
 
@@ -163,13 +166,13 @@ def _load_translator(directory):
     from keras_transformer.translator import Translator
 
     if not os.path.isdir(directory):
-        raise UserError(f"{directory}: no such model directory")
+        raise InputError(f"{directory}: no such model directory")
     return Translator.load(directory)
 
 
 def chat(args):
-    translator = _load_translator(args.model)
     options = _generate_options(args)
+    translator = _load_translator(args.model)
     if sys.stdin.isatty():
         print("Type a sentence and press Enter; an empty line or Ctrl-D ends.", file=sys.stderr)
         while True:
@@ -187,41 +190,74 @@ def chat(args):
 
 
 def translate(args):
+    options = _generate_options(args)
     translator = _load_translator(args.model)
-    for output in translator.translate(args.text, **_generate_options(args)):
+    for output in translator.translate(args.text, **options):
         print(output)
     return 0
 
 
 def export(args):
-    from keras_transformer.export import export_saved_model
+    from keras_transformer.export import EXPORTED_OPTIONS, export_saved_model
 
+    if args.method == "sample":
+        raise InputError("export: a SavedModel decodes with greedy, beam or mmi, not sample")
+    options = {name: value for name, value in _generate_options(args).items()
+               if name in EXPORTED_OPTIONS}
     translator = _load_translator(args.model)
     print(export_saved_model(translator.model, translator.source_tokenizer,
-                             translator.target_tokenizer, args.out, method=args.method,
-                             beam_size=args.beam_size))
+                             translator.target_tokenizer, args.out, **options))
     return 0
 
 
 def saved_model_cli(args):
+    """`show` a SavedModel's signatures or `run` one, with the tensorflow-text ops."""
+    import numpy as np
+    import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
-    from tensorflow.python.tools import saved_model_cli as tool
 
-    sys.argv = ["saved_model_cli", *args.arguments]
-    tool.main()  # absl's app.run: exits the process with the tool's status
-
-
-def _train_defaults():
-    """The keyword defaults of `keras_transformer.train`, the one place they live."""
-    from keras_transformer.recipe import train
-
-    return {name: parameter.default
-            for name, parameter in inspect.signature(train).parameters.items()
-            if parameter.default is not inspect.Parameter.empty}
+    if not os.path.isdir(args.dir):
+        raise InputError(f"{args.dir}: no such SavedModel directory")
+    tags = args.tag_set.split(",") if args.tag_set else None
+    try:
+        loaded = tf.saved_model.load(args.dir, tags=tags)
+    except (OSError, ValueError, RuntimeError) as error:
+        raise InputError(f"{args.dir}: cannot load the SavedModel ({error})") from None
+    names = [args.signature_def] if args.signature_def else sorted(loaded.signatures)
+    for name in names:
+        if name not in loaded.signatures:
+            raise InputError(f"{args.dir}: no signature {name!r} (it has "
+                             f"{sorted(loaded.signatures)})")
+    if args.action == "show":
+        for name in names:
+            signature = loaded.signatures[name]
+            print(f"signature_def['{name}']:")
+            for kind, specs in (("inputs", signature.structured_input_signature[1]),
+                                ("outputs", signature.structured_outputs)):
+                for key, spec in sorted(specs.items()):
+                    print(f"  {kind}['{key}']: dtype {spec.dtype.name}, shape {spec.shape}")
+        return 0
+    feeds = {}
+    for expression in filter(None, (args.input_exprs or "").split(";")):
+        key, _, value = expression.partition("=")
+        try:
+            feeds[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError) as error:
+            raise InputError(f"--input_exprs: {expression!r} is not key=<Python literal> "
+                             f"({error})") from None
+    signature = loaded.signatures[names[0]]
+    specs = signature.structured_input_signature[1]
+    if sorted(feeds) != sorted(specs):
+        raise InputError(f"--input_exprs: signature {names[0]!r} takes {sorted(specs)}, "
+                         f"given {sorted(feeds)}")
+    outputs = signature(**{key: tf.constant(value, dtype=specs[key].dtype)
+                           for key, value in feeds.items()})
+    for key, value in sorted(outputs.items()):
+        print(f"Result for output key {key}:\n{np.asarray(value.numpy())}")
+    return 0
 
 
 def build_parser():
-    defaults = _train_defaults()
     parser = _Parser(
         prog="keras-transformer",
         description="Train and use the Transformer of the Korean TF2 chatbot tutorial.",
@@ -233,10 +269,9 @@ def build_parser():
         description="Train on the built-in English -> Korean corpus, evaluate on its test "
         "split of unseen (subject, verb) combinations, write plots, print one JSON line.",
     )
-    _model_flags(demo_parser, dict(defaults, **DEMO_DEFAULTS))
-    _training_flags(demo_parser, dict(defaults, **DEMO_DEFAULTS))
     demo_parser.add_argument("--out", default="keras_transformer_demo",
                              help="output directory (default: %(default)s)")
+    _config_flags(demo_parser, DEMO_CONFIG)
     demo_parser.set_defaults(run=demo)
 
     train_parser = commands.add_parser(
@@ -249,65 +284,62 @@ def build_parser():
     train_parser.add_argument("--out", required=True, help="output directory")
     train_parser.add_argument("--valid", help="validation file (default: 10%% of --data)")
     train_parser.add_argument(
-        "--shared-vocabulary", action=argparse.BooleanOptionalAction, default=None,
+        "--shared-vocabulary", action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,
         help="one vocabulary for both sides (default: on for chatbot, off for tsv)",
     )
-    _model_flags(train_parser, defaults)
-    _training_flags(train_parser, defaults)
+    _config_flags(train_parser, TrainConfig(), skip=("shared_vocabulary",))
     train_parser.set_defaults(run=train_command)
 
-    chat_parser = commands.add_parser("chat", help="answer lines with a trained model")
-    chat_parser.add_argument("--model", required=True, help="directory written by train")
-    _decoding_flags(chat_parser)
-    chat_parser.set_defaults(run=chat)
-
-    translate_parser = commands.add_parser("translate", help="translate the given texts")
-    translate_parser.add_argument("--model", required=True, help="directory written by train")
-    translate_parser.add_argument("text", nargs="+", metavar="TEXT")
-    _decoding_flags(translate_parser)
-    translate_parser.set_defaults(run=translate)
-
-    export_parser = commands.add_parser(
-        "export", help="write a string-in, string-out SavedModel",
-        description="Export a model directory as a SavedModel with signature "
-        "serving_default: text (string) -> text, token_ids.",
-    )
-    export_parser.add_argument("--model", required=True, help="directory written by train")
-    export_parser.add_argument("--out", required=True, help="SavedModel directory (replaced)")
-    export_parser.add_argument("--method", choices=("greedy", "beam"), default="greedy")
-    export_parser.add_argument("--beam-size", type=int, default=4)
-    export_parser.set_defaults(run=export)
+    # The commands that use a trained model directory, and how each decodes by default.
+    for name, run, help_text, method in (
+        ("chat", chat, "answer lines with a trained model", CHAT_METHOD),
+        ("translate", translate, "translate the given texts", "greedy"),
+        ("export", export, "write a string-in, string-out SavedModel (signature "
+         "serving_default: text -> text, token_ids) that decodes as told", "greedy"),
+    ):
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("--model", required=True, help="directory written by train")
+        if name == "translate":
+            command.add_argument("text", nargs="+", metavar="TEXT")
+        if name == "export":
+            command.add_argument("--out", required=True, help="SavedModel directory (replaced)")
+        _decoding_flags(command, method)
+        command.set_defaults(run=run)
 
     cli_parser = commands.add_parser(
-        "saved-model-cli", add_help=False,
-        help="TensorFlow's saved_model_cli with the tensorflow-text ops registered",
+        "saved-model-cli", help="show or run an exported SavedModel (tensorflow-text ops "
+        "registered)",
+        description="Like TensorFlow's saved_model_cli show/run, for models whose "
+        "tokenizers use tensorflow-text ops (which the stock tool cannot run).",
     )
-    cli_parser.add_argument("arguments", nargs=argparse.REMAINDER)
+    cli_parser.add_argument("action", choices=("show", "run"))
+    cli_parser.add_argument("--dir", required=True, help="SavedModel directory")
+    cli_parser.add_argument("--tag_set", default="serve", help="default: %(default)s")
+    cli_parser.add_argument("--signature_def", default=None,
+                            help="signature name (show: default all; run: required)")
+    cli_parser.add_argument("--input_exprs", default=None,
+                            help="run: 'key=<Python literal>;key2=...', e.g. "
+                            "'text=[\"I read a book.\"]'")
     cli_parser.set_defaults(run=saved_model_cli)
     return parser
-
-
-DEMO_DEFAULTS = {
-    "tokenizer": "word",
-    "vocab_size": 1000,
-    "num_layers": 2,
-    "d_model": 128,
-    "num_heads": 4,
-    "dff": 256,
-    "max_length": 16,
-    "epochs": 8,
-}
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "action", None) == "run" and not args.signature_def:
+        parser.error("saved-model-cli run needs --signature_def")
     try:
         return args.run(args)
-    except (UserError, ValueError, OSError) as error:
+    except (InputError, OSError) as error:
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = " (run the same command again to resume)" if args.command == "train" else ""
         print(f"{parser.prog} {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
+    except Exception:  # anything else is ours to fix
+        traceback.print_exc()
+        print(f"{parser.prog} {args.command}: {BUG_REPORT}", file=sys.stderr)
+        return 1

@@ -12,6 +12,7 @@ import os
 import numpy as np
 from matplotlib import font_manager, rc_context
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 _KOREAN_FONT = "NanumGothic"
 
@@ -40,29 +41,38 @@ def _save(figure, path):
 
 
 def plot_history(history, path=None):
-    """Loss and accuracy per epoch, training and validation.
+    """Loss and accuracy per epoch, training and validation, and the chrF and
+    share of distinct answers of the validation translations when logged.
 
     Args:
         history: dict of lists, like `keras.callbacks.History.history`, with
             `loss` and optionally `val_loss`, `masked_accuracy`,
-            `val_masked_accuracy`.
+            `val_masked_accuracy`, `val_chrf`, `val_distinct_answers`.
         path: str. Save the figure there as PNG. Defaults to `None`.
 
     Returns:
         `matplotlib.figure.Figure`.
     """
+    panels = [("Loss (masked, label-smoothed)", "loss",
+               (("loss", "train"), ("val_loss", "validation"))),
+              ("Token accuracy (masked)", "accuracy",
+               (("masked_accuracy", "train"), ("val_masked_accuracy", "validation")))]
+    if history.get("val_chrf"):
+        panels.append(("Validation answers (greedy)", "chrF / % distinct",
+                       (("val_chrf", "chrF"), ("val_distinct_answers", "% distinct"))))
     with _style():
-        figure = Figure(figsize=(10, 4), layout="constrained")
-        panels = (("loss", "Loss (masked, label-smoothed)", "loss"),
-                  ("masked_accuracy", "Token accuracy (masked)", "accuracy"))
-        for axis, (key, title, ylabel) in zip(figure.subplots(1, 2), panels):
-            for prefix, label in (("", "train"), ("val_", "validation")):
-                values = history.get(prefix + key)
+        figure = Figure(figsize=(5 * len(panels), 4), layout="constrained")
+        for axis, (title, ylabel, curves) in zip(figure.subplots(1, len(panels)), panels):
+            for key, label in curves:
+                values = history.get(key)
                 if values:
+                    scale = 100 if key == "val_distinct_answers" else 1
                     epochs = np.arange(1, len(values) + 1)
-                    axis.plot(epochs, values, marker="o", markersize=3, label=label)
+                    axis.plot(epochs, np.asarray(values) * scale, marker="o", markersize=3,
+                              label=label)
             axis.set_title(title)
             axis.set_xlabel("epoch")
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
             axis.set_ylabel(ylabel)
             axis.grid(alpha=0.3)
             if axis.has_data():

@@ -8,6 +8,7 @@ interruption, a time budget, TensorBoard and CSV logs, and at the end BLEU,
 chrF and exact match on the validation split, samples and plots.
 """
 
+import collections
 import csv
 import dataclasses
 import json
@@ -16,24 +17,32 @@ import os
 import shutil
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import _config
 from keras_transformer._files import write_text
-from keras_transformer.callbacks import Backup, BestWeights, EarlyStopping, TimeBudget
+from keras_transformer.callbacks import (
+    Backup,
+    BestWeights,
+    EarlyStopping,
+    EpochScores,
+    TimeBudget,
+)
+from keras_transformer.config import TrainConfig
 from keras_transformer.data.pipeline import make_dataset, truncation_stats
 from keras_transformer.distribute import dtype_policy, get_strategy, worker_directory
+from keras_transformer.errors import InputError
 from keras_transformer.plotting import plot_attention, plot_history
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
     tokenizer_from_config,
 )
-from keras_transformer.training import CustomSchedule, MaskedLoss, masked_accuracy
+from keras_transformer.training import CustomSchedule, MaskedAccuracy, MaskedLoss
 from keras_transformer.transformer import Transformer
 from keras_transformer.translator import (
     SOURCE_VOCAB_FILE,
@@ -48,6 +57,18 @@ METRICS_FILE = "metrics.json"
 HISTORY_PLOT = "history.png"
 ATTENTION_PLOT = "attention.png"
 LOG_DIR = "logs"
+# Best weights and early stopping follow the greedy translations' chrF on
+# (at most this many) validation pairs: on small, many-to-many data such as
+# chat, validation loss rises after a few epochs while the answers keep
+# getting better (see benchmarks/RESULTS.md). An epoch whose answers collapsed
+# (`collapse_warning`) counts as chrF 0: answering "." to everything scores
+# chrF 9.8 on chat data, more than a model still learning to answer.
+MONITOR = "val_chrf"
+SCORED_VALID_PAIRS = 1000
+
+
+class CollapseWarning(UserWarning):
+    """The trained model answers (nearly) everything alike, or with nothing."""
 
 
 @dataclasses.dataclass
@@ -70,7 +91,8 @@ class TrainResult:
 
 
 def translation_metrics(hypotheses, references):
-    """Corpus BLEU and chrF (sacrebleu, default settings) and exact match.
+    """Corpus BLEU and chrF (sacrebleu, default settings), exact match and the
+    share of distinct outputs.
 
     Args:
         hypotheses: list of str. System outputs.
@@ -78,8 +100,9 @@ def translation_metrics(hypotheses, references):
             tokenizer's canonical form (see `Tokenizer.canonicalize`).
 
     Returns:
-        dict `{"bleu", "chrf", "exact_match"}`; BLEU and chrF on 0-100,
-        exact match a fraction.
+        dict `{"bleu", "chrf", "exact_match", "distinct_answers"}`; BLEU and
+        chrF on 0-100, exact match and `distinct_answers` (distinct outputs
+        / outputs: near 0 when a model answers everything alike) fractions.
     """
     if len(hypotheses) != len(references):
         raise ValueError(
@@ -87,13 +110,48 @@ def translation_metrics(hypotheses, references):
             f"hypotheses and {len(references)} references"
         )
     if not references:
-        return {"bleu": 0.0, "chrf": 0.0, "exact_match": 0.0}
+        return {"bleu": 0.0, "chrf": 0.0, "exact_match": 0.0, "distinct_answers": 0.0}
     exact = sum(h == r for h, r in zip(hypotheses, references)) / len(references)
     return {
         "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
         "exact_match": round(exact, 4),
+        "distinct_answers": round(len(set(hypotheses)) / len(hypotheses), 4),
     }
+
+
+def collapse_warning(hypotheses, references):
+    """A warning for answers that are nearly all alike or empty, else `None`.
+
+    A model that has not learned to use its input answers every input with
+    the same sentence (or with nothing), which scores and looks better than
+    it is. Flagged: more than half of the outputs empty, or fewer than 5%
+    distinct outputs where the references are at least twice as varied.
+
+    Args:
+        hypotheses: list of str. Outputs on the validation sources.
+        references: list of str. The validation targets.
+
+    Returns:
+        str or `None`.
+    """
+    if not hypotheses:
+        return None
+    total = len(hypotheses)
+    empty = sum(not text.strip() for text in hypotheses) / total
+    distinct = len(set(hypotheses)) / total
+    if empty > 0.5:
+        problem = f"{empty:.0%} of the {total} validation answers are empty"
+    elif distinct < 0.05 and 2 * distinct <= len(set(references)) / total:
+        common, count = collections.Counter(hypotheses).most_common(1)[0]
+        problem = (f"only {distinct:.1%} of the {total} validation answers are distinct "
+                   f"({count} of them are {common!r})")
+    else:
+        return None
+    return (f"The model collapsed: {problem}. It has not learned to use its input. Try: "
+            "training longer (--time-budget, --epochs), a lower --learning-rate or a longer "
+            "--warmup-steps, a smaller model (--d-model, --dff) or vocabulary (--vocab-size) "
+            "for little data, or more data.")
 
 
 def evaluate(translator, pairs, batch_size=128, verbose=1, **generate_kwargs):
@@ -113,10 +171,21 @@ def evaluate(translator, pairs, batch_size=128, verbose=1, **generate_kwargs):
     return translation_metrics(hypotheses, references), hypotheses, references
 
 
+def default_learning_rate(d_model):
+    """The peak of the paper's schedule for `d_model`: `(d_model * 4000)^-0.5`.
+
+    The paper reaches it after 4000 warm-up steps; the recipe reaches it after
+    `warmup_steps` (400), so that short runs train at it too, and it never
+    depends on the length of the run (a warm-up set to a tenth of a short run
+    made the peak 0.012 for d_model 256, and the model collapsed).
+    """
+    return (d_model * 4000) ** -0.5
+
+
 def split_pairs(pairs, valid_fraction=0.1, seed=0):
     """A seeded random split: `(train_pairs, valid_pairs)`, each non-empty."""
     if len(pairs) < 2:
-        raise ValueError(
+        raise InputError(
             f"Need at least 2 sentence pairs to split off a validation set. Received: "
             f"{len(pairs)} pair(s)"
         )
@@ -150,68 +219,32 @@ def progress_verbosity(verbose):
     return 2 if verbose == 1 and not sys.stdout.isatty() else verbose
 
 
-def _tokenizers(train_pairs, out_dir, tokenizer, vocab_size, shared_vocabulary, lower_case,
-                verbose):
-    """Learn the vocabularies, or reload them when resuming in `out_dir`."""
-    source_path = os.path.join(out_dir, SOURCE_VOCAB_FILE)
-    target_path = os.path.join(out_dir, TARGET_VOCAB_FILE)
-    cls = get_tokenizer_class(tokenizer)
-    if os.path.isdir(os.path.join(out_dir, BACKUP_DIR)) and os.path.isfile(target_path):
-        _log(f"Resuming the interrupted run in {out_dir}: reusing its vocabularies", verbose)
-        config = {"kind": tokenizer, "lower_case": lower_case}
-        return (tokenizer_from_config(config, load_vocabulary(source_path)),
-                tokenizer_from_config(config, load_vocabulary(target_path)))
-    sources = [source for source, _ in train_pairs]
-    targets = [target for _, target in train_pairs]
-    if shared_vocabulary:
-        _log(f"Learning a shared {tokenizer} vocabulary ({vocab_size} tokens at most)", verbose)
-        source_tokenizer = target_tokenizer = cls.from_texts(
-            sources + targets, vocab_size, lower_case=lower_case,
-            verbose=progress_verbosity(verbose),
-        )
-    else:
-        _log(f"Learning {tokenizer} vocabularies ({vocab_size} tokens at most)", verbose)
-        source_tokenizer = cls.from_texts(sources, vocab_size, lower_case=lower_case,
-                                          verbose=progress_verbosity(verbose))
-        target_tokenizer = cls.from_texts(targets, vocab_size, lower_case=lower_case,
-                                          verbose=progress_verbosity(verbose))
-    source_tokenizer.save_vocabulary(source_path)
-    target_tokenizer.save_vocabulary(target_path)
-    return source_tokenizer, target_tokenizer
+@dataclasses.dataclass
+class _Run:
+    """What the steps of `train` share."""
+
+    config: TrainConfig
+    out_dir: str
+    train_pairs: list
+    valid_pairs: list
+    strategy: tf.distribute.Strategy
+    policy: str
+    static_shape: bool
+    verbose: int
+    source_tokenizer: object = None
+    target_tokenizer: object = None
+    truncation: dict = None
+
+    def path(self, name):
+        return os.path.join(self.out_dir, name)
+
+    @property
+    def resuming(self):
+        return os.path.isdir(self.path(BACKUP_DIR))
 
 
-def train(
-    train_pairs,
-    out_dir,
-    valid_pairs=None,
-    *,
-    tokenizer="wordpiece",
-    vocab_size=8000,
-    shared_vocabulary=False,
-    lower_case=True,
-    num_layers=2,
-    d_model=256,
-    num_heads=8,
-    dff=1024,
-    rate=0.1,
-    max_length=25,
-    model_options=None,
-    batch_size=64,
-    epochs=30,
-    patience=5,
-    warmup_steps=None,
-    label_smoothing=0.1,
-    time_budget=None,
-    valid_fraction=0.1,
-    seed=0,
-    jit_compile=False,
-    mixed_precision=None,
-    static_shape=False,
-    strategy=None,
-    callbacks=None,
-    samples=5,
-    verbose=1,
-):
+def train(train_pairs, out_dir, valid_pairs=None, config=None, *, tokenizers=None,
+          callbacks=None, samples=5, verbose=1, **options):
     """Train a Transformer on sentence pairs, evaluate it and save it in `out_dir`.
 
     Re-running with the same `out_dir` after an interruption (a crash, Ctrl-C,
@@ -221,220 +254,266 @@ def train(
         train_pairs: list of `(source, target)` str pairs.
         out_dir: str. Output directory (created). It ends up holding a
             reloadable translator (`model.keras`, vocabularies,
-            `config.json`), `best.weights.h5`, `history.csv`,
-            `metrics.json`, `history.png`, `attention.png` and TensorBoard
-            `logs/`.
+            `config.json` with the training options), `best.weights.h5`,
+            `history.csv`, `metrics.json`, `history.png`, `attention.png`
+            and TensorBoard `logs/`.
         valid_pairs: list of pairs, or `None` for a seeded `valid_fraction`
-            split of `train_pairs`.
-        tokenizer: str. `"wordpiece"`, `"word"` (the tutorial's) or `"char"`.
-            Defaults to `"wordpiece"`.
-        vocab_size: int. Largest vocabulary per side. Defaults to `8000`.
-        shared_vocabulary: bool. One vocabulary learned from both sides (the
-            tutorial's chatbot does this). Defaults to `False`.
-        lower_case: bool. Defaults to `True`.
-        num_layers, d_model, num_heads, dff, rate: the tutorial's `kargs`.
-            Defaults: 2, 256, 8, 1024, 0.1 (the tutorial's 512/2048 halved,
-            to train on a CPU).
-        max_length: int. `maximum_position_encoding`: longer sources and
-            targets are cut (and counted). Defaults to `25` (the tutorial's).
-        model_options: dict. More `Transformer` arguments (`norm_first`,
-            `activation`, `position_encoding`, ...). Defaults to `None`.
-        batch_size: int. Defaults to `64`.
-        epochs: int. Most epochs. Defaults to `30`.
-        patience: int. Early stopping patience on validation loss. Defaults
-            to `5`.
-        warmup_steps: int. `CustomSchedule` warm-up. Defaults to `None`: a
-            tenth of all steps, at most the paper's 4000.
-        label_smoothing: float. Defaults to `0.1`.
-        time_budget: float. Stop training after this many seconds, then
-            evaluate and save as usual. Defaults to `None` (no limit).
-        valid_fraction: float. Used when `valid_pairs` is `None`. Defaults to
-            `0.1`.
-        seed: int. Seeds Python, NumPy, TensorFlow and the split. Defaults to
-            `0`.
-        jit_compile: bool. Compile the training step with XLA. Defaults to
-            `False`.
-        mixed_precision: `None`, `"bf16"` (`mixed_bfloat16`: TPUs, recent
-            GPUs and CPUs) or `"fp16"` (`mixed_float16`, with dynamic loss
-            scaling: GPUs). Logits, softmax and the loss stay in float32.
-            Defaults to `None` (float32).
-        static_shape: bool. Every batch `(batch_size, max_length)`, the last
-            smaller one dropped: one shape to compile (TPUs need it; XLA then
-            compiles once). Defaults to `False` (batches padded to their
-            longest row).
-        strategy: `None`, a `tf.distribute.Strategy`, or `"mirrored"`,
-            `"multi_worker"`, `"tpu"` (see
-            `keras_transformer.distribute.get_strategy`). `batch_size` is the
-            global batch, split over the replicas; the loss is averaged over
-            the global batch's tokens, so the updates equal one device's.
-            With `"tpu"` and `"multi_worker"`, `static_shape` is on. Workers
-            other than the chief write into `out_dir/worker-<index>`.
+            split of `train_pairs`. The best weights and early stopping
+            follow the chrF of its greedy translations.
+        config: `TrainConfig`. Defaults to `None` (`TrainConfig()`).
+        tokenizers: `(source_tokenizer, target_tokenizer)` to use instead of
+            learning vocabularies (their special ids become the model's).
             Defaults to `None`.
         callbacks: list of extra `keras.callbacks.Callback`. Defaults to `None`.
         samples: int. Validation samples printed at the end. Defaults to `5`.
         verbose: int. `0` silent, `1` progress bars and messages (on stderr,
             Keras' bars on stdout). Defaults to `1`.
+        **options: `TrainConfig` fields that override `config`'s, e.g.
+            `tokenizer="word", epochs=8`; see `TrainConfig` for all of them
+            and their defaults.
 
     Returns:
         `TrainResult`.
+
+    Raises:
+        InputError: (a `ValueError`) for a bad option value or unusable data.
+        CollapseWarning: (a warning) when the validation answers are nearly
+            all alike or empty.
     """
     start = time.monotonic()
-    strategy = get_strategy(strategy)  # first: some strategies configure the runtime.
-    policy = dtype_policy(mixed_precision)
+    try:
+        config = dataclasses.replace(config or TrainConfig(), **options)
+    except TypeError as error:  # an unknown option
+        raise TypeError(f"train() got an unknown option: {error}") from None
+    run = _prepare(train_pairs, valid_pairs, out_dir, config, verbose)
+    _vocabularies(run, tokenizers)
+    model = _build_model(run)
+    budget = _fit(run, model, callbacks)
+    return _evaluate_and_save(run, model, budget, samples, start)
+
+
+def _prepare(train_pairs, valid_pairs, out_dir, config, verbose):
+    """Strategy, dtype policy, data split, output directory and seeds."""
+    strategy = get_strategy(config.strategy)  # first: some strategies configure the runtime.
     # Keras averages a first batch over the workers to build the model: their
     # batches must have one shape. TPUs need one shape anyway.
-    static_shape = static_shape or isinstance(
+    static_shape = config.static_shape or isinstance(
         strategy, (tf.distribute.TPUStrategy, tf.distribute.MultiWorkerMirroredStrategy))
-    for name, value in (("num_layers", num_layers), ("d_model", d_model),
-                        ("num_heads", num_heads), ("dff", dff), ("max_length", max_length),
-                        ("batch_size", batch_size), ("epochs", epochs),
-                        ("vocab_size", vocab_size)):
-        _config.check_positive_int(name, value)
-    _config.check_divisible(d_model, num_heads)
-    _config.check_rate("rate", rate)
-    _config.check_non_negative_int("patience", patience)
-    _config.check_rate("label_smoothing", label_smoothing)
-    _config.check_rate("valid_fraction", valid_fraction)
-    if time_budget is not None and not time_budget >= 0:
-        raise ValueError(
-            "Received an invalid value for argument `time_budget`, expected a "
-            f"number of seconds >= 0 or None. Received: time_budget={time_budget!r}"
-        )
     train_pairs = list(train_pairs)
     if not train_pairs:
-        raise ValueError("Received an invalid value for argument `train_pairs`: it is empty.")
+        raise InputError("Received an invalid value for argument `train_pairs`: it is empty.")
     if valid_pairs is None:
-        train_pairs, valid_pairs = split_pairs(train_pairs, valid_fraction, seed)
+        train_pairs, valid_pairs = split_pairs(train_pairs, config.valid_fraction, config.seed)
     valid_pairs = list(valid_pairs)
     if not valid_pairs:
-        raise ValueError("Received an invalid value for argument `valid_pairs`: it is empty.")
-    replicas = strategy.num_replicas_in_sync
-    if static_shape and len(train_pairs) < batch_size:
-        raise ValueError(
+        raise InputError("Received an invalid value for argument `valid_pairs`: it is empty.")
+    if static_shape and len(train_pairs) < config.batch_size:
+        raise InputError(
             f"static_shape drops the last smaller batch, and the {len(train_pairs)} training "
-            f"pairs do not fill one batch of {batch_size}: lower `batch_size`"
+            f"pairs do not fill one batch of {config.batch_size}: lower `batch_size`"
         )
-    if batch_size % replicas:
-        raise ValueError(
-            f"batch_size={batch_size} is the global batch and must divide evenly over the "
-            f"{replicas} replicas of the strategy"
+    if config.batch_size % strategy.num_replicas_in_sync:
+        raise InputError(
+            f"batch_size={config.batch_size} is the global batch and must divide evenly over "
+            f"the {strategy.num_replicas_in_sync} replicas of the strategy"
         )
-    out_dir = worker_directory(out_dir)
-    keras.utils.set_random_seed(seed)
-    os.makedirs(out_dir, exist_ok=True)
+    run = _Run(config, worker_directory(out_dir), train_pairs, valid_pairs, strategy,
+               dtype_policy(config.mixed_precision), static_shape, verbose)
+    keras.utils.set_random_seed(config.seed)
+    os.makedirs(run.out_dir, exist_ok=True)
     _log(f"{len(train_pairs)} training pairs, {len(valid_pairs)} validation pairs", verbose)
+    return run
 
-    source_tokenizer, target_tokenizer = _tokenizers(
-        train_pairs, out_dir, tokenizer, vocab_size, shared_vocabulary, lower_case, verbose
-    )
-    stats = truncation_stats(train_pairs, source_tokenizer, target_tokenizer, max_length)
-    _log(
-        f"Vocabularies: {source_tokenizer.vocab_size} source, {target_tokenizer.vocab_size} "
-        f"target tokens. Cut to max_length={max_length}: {stats['truncated_sources']} "
-        f"sources and {stats['truncated_targets']} targets of {stats['pairs']} pairs",
-        verbose,
-    )
 
+def _vocabularies(run, tokenizers):
+    """The given tokenizers, the vocabularies of the run being resumed, or new ones;
+    and how many pairs they make too long for `max_length`."""
+    config, verbose = run.config, run.verbose
+    source_path, target_path = run.path(SOURCE_VOCAB_FILE), run.path(TARGET_VOCAB_FILE)
+    if tokenizers is not None:
+        source, target = tokenizers
+    elif run.resuming and os.path.isfile(target_path):
+        _log(f"Resuming the interrupted run in {run.out_dir}: reusing its vocabularies",
+             verbose)
+        options = {"kind": config.tokenizer, "lower_case": config.lower_case}
+        source = tokenizer_from_config(options, load_vocabulary(source_path))
+        target = tokenizer_from_config(options, load_vocabulary(target_path))
+    else:
+        cls = get_tokenizer_class(config.tokenizer)
+        kind = "a shared " if config.shared_vocabulary else ""
+        _log(f"Learning {kind}{config.tokenizer} vocabularies ({config.vocab_size} tokens "
+             "at most)", verbose)
+        sources = [source for source, _ in run.train_pairs]
+        targets = [target for _, target in run.train_pairs]
+        texts = [sources + targets] if config.shared_vocabulary else [sources, targets]
+        learned = [cls.from_texts(side, config.vocab_size, lower_case=config.lower_case,
+                                  verbose=progress_verbosity(verbose)) for side in texts]
+        source, target = learned[0], learned[-1]
+    source.save_vocabulary(source_path)
+    target.save_vocabulary(target_path)
+    run.source_tokenizer, run.target_tokenizer = source, target
+    run.truncation = truncation_stats(run.train_pairs, source, target, config.max_length)
+    _log(f"Vocabularies: {source.vocab_size} source, {target.vocab_size} target tokens. Cut "
+         f"to max_length={config.max_length}: {run.truncation['truncated_sources']} sources "
+         f"and {run.truncation['truncated_targets']} targets of {run.truncation['pairs']} "
+         "pairs", verbose)
+
+
+def _build_model(run):
+    """The tutorial's `kargs` (vocabularies and special ids from the tokenizers),
+    compiled with Adam and the schedule, under the strategy's scope."""
+    config, source, target = run.config, run.source_tokenizer, run.target_tokenizer
+    if source.pad_id != target.pad_id:
+        raise InputError(
+            "The source and target vocabularies must give <PAD> the same id. Received: "
+            f"{source.pad_id} and {target.pad_id}"
+        )
     kargs = {
         "model_name": "transformer",
-        "num_layers": num_layers,
-        "d_model": d_model,
-        "num_heads": num_heads,
-        "dff": dff,
-        "input_vocab_size": source_tokenizer.vocab_size,
-        "target_vocab_size": target_tokenizer.vocab_size,
-        "maximum_position_encoding": max_length,
-        "end_token_idx": 2,
-        "rate": rate,
+        "num_layers": config.num_layers,
+        "d_model": config.d_model,
+        "num_heads": config.num_heads,
+        "dff": config.dff,
+        "input_vocab_size": source.vocab_size,
+        "target_vocab_size": target.vocab_size,
+        "maximum_position_encoding": config.max_length,
+        "end_token_idx": target.end_id,
+        "rate": config.rate,
     }
-    steps_per_epoch = (len(train_pairs) // batch_size if static_shape
-                       else math.ceil(len(train_pairs) / batch_size))
-    if warmup_steps is None:
-        warmup_steps = min(4000, max(1, steps_per_epoch * epochs // 10))
-    with strategy.scope():
+    options = {
+        "norm_first": config.norm_first,
+        "activation": config.activation,
+        "position_encoding": config.position_encoding,
+        "share_embeddings": config.share_embeddings,
+        "pad_token_idx": target.pad_id,
+        "start_token_idx": target.start_id,
+    }
+    learning_rate = config.learning_rate or default_learning_rate(config.d_model)
+    _log(f"Model: kargs = {kargs}, {options}; peak learning rate {learning_rate:.2e} after "
+         f"{config.warmup_steps} warm-up steps; dtype policy {run.policy}, "
+         f"{run.strategy.num_replicas_in_sync} replica(s)", run.verbose)
+    with run.strategy.scope():
         # Fp16 gets Keras' dynamic loss scaling from `compile` (its policy
         # is `mixed_float16`).
-        model = Transformer(**kargs, **dict(model_options or {}, dtype=policy))
+        model = Transformer(**kargs, **options, dtype=run.policy)
         model.build(((None, None), (None, None)))
         optimizer = keras.optimizers.Adam(
-            CustomSchedule(d_model, warmup_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9
+            CustomSchedule(config.d_model, config.warmup_steps, learning_rate),
+            beta_1=0.9, beta_2=0.98, epsilon=1e-9,
         )
-        model.compile(optimizer, loss=MaskedLoss(label_smoothing=label_smoothing),
-                      metrics=[masked_accuracy], jit_compile=jit_compile)
+        model.compile(
+            optimizer,
+            loss=MaskedLoss(label_smoothing=config.label_smoothing, pad_token_idx=target.pad_id),
+            metrics=[MaskedAccuracy(pad_token_idx=target.pad_id)],
+            jit_compile=config.jit_compile,
+        )
+    return model
 
-    history_path = os.path.join(out_dir, HISTORY_FILE)
-    best_path = os.path.join(out_dir, BEST_WEIGHTS_FILE)
-    backup = Backup(os.path.join(out_dir, BACKUP_DIR))
-    resuming = os.path.isdir(backup.directory)
+
+def _fit(run, model, callbacks):
+    """`model.fit` with the recipe's callbacks, resuming an interrupted run.
+
+    Returns:
+        The `TimeBudget` callback, or `None`.
+    """
+    config = run.config
+    history_path, best_path = run.path(HISTORY_FILE), run.path(BEST_WEIGHTS_FILE)
+    backup = Backup(run.path(BACKUP_DIR))
+    resuming = run.resuming
     earlier = read_history(history_path) if resuming else {}
     if not resuming:  # files of a finished earlier run must not mix with this one.
         for stale in (history_path, best_path):
             if os.path.exists(stale):
                 os.remove(stale)
     state = backup.read_state() if resuming else None
-    with strategy.scope():  # the optimizer's variables are built here on resumption
+    with run.strategy.scope():  # the optimizer's variables are built here on resumption
         initial_epoch = backup.restore(model) if state else 0
-    finished = bool(state and state["finished"]) or initial_epoch >= epochs
     if initial_epoch:
-        _log(f"Resuming after epoch {initial_epoch}", verbose)
+        _log(f"Resuming after epoch {initial_epoch}", run.verbose)
+    budget = TimeBudget(config.time_budget) if config.time_budget is not None else None
+    if (state and state["finished"]) or initial_epoch >= config.epochs:
+        return budget
 
+    tokenizers = run.source_tokenizer, run.target_tokenizer
+    steps_per_epoch = (len(run.train_pairs) // config.batch_size if run.static_shape
+                       else math.ceil(len(run.train_pairs) / config.batch_size))
     # Each epoch's batches depend on the seed and the epoch's number only, so
     # a resumed run trains on what an uninterrupted one would have.
-    train_data = make_dataset(train_pairs, source_tokenizer, target_tokenizer, max_length,
-                              batch_size, shuffle=True, seed=seed, bucket=False,
-                              epochs=epochs, initial_epoch=min(initial_epoch, epochs),
-                              static_shape=static_shape, drop_remainder=static_shape)
-    valid_data = make_dataset(valid_pairs, source_tokenizer, target_tokenizer, max_length,
-                              batch_size, bucket=False, static_shape=static_shape)
-    budget = TimeBudget(time_budget) if time_budget is not None else None
+    train_data = make_dataset(run.train_pairs, *tokenizers, config.max_length,
+                              config.batch_size, shuffle=True, seed=config.seed, bucket=True,
+                              epochs=config.epochs, initial_epoch=initial_epoch,
+                              static_shape=run.static_shape, drop_remainder=run.static_shape,
+                              token_dropout=config.token_dropout)
+    valid_data = make_dataset(run.valid_pairs, *tokenizers, config.max_length,
+                              config.batch_size, bucket=False, static_shape=run.static_shape)
+    scored = run.valid_pairs[:SCORED_VALID_PAIRS]
+
+    def validation_scores(model):
+        scores, hypotheses, references = evaluate(Translator(model, *tokenizers), scored,
+                                                  verbose=0)
+        if collapse_warning(hypotheses, references):
+            scores["chrf"] = 0.0
+        return scores
+
     fit_callbacks = [
-        BestWeights(best_path, "val_loss", best=min(earlier.get("val_loss", [math.inf]))),
-        EarlyStopping(earlier.get("val_loss", []), monitor="val_loss", patience=patience),
+        EpochScores(validation_scores),
+        BestWeights(best_path, MONITOR, mode="max", best=max(earlier.get(MONITOR, [None]))),
+        # Early stopping watches the epochs after the warm-up only: a small
+        # data set can take many epochs to reach the peak learning rate.
+        EarlyStopping(MONITOR, mode="max", patience=config.patience,
+                      earlier=earlier.get(MONITOR, []),
+                      start_from_epoch=math.ceil(config.warmup_steps / steps_per_epoch),
+                      goal=100.0),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.CSVLogger(history_path, append=True),
-        keras.callbacks.TensorBoard(os.path.join(out_dir, LOG_DIR)),
+        keras.callbacks.TensorBoard(run.path(LOG_DIR)),
     ] + ([budget] if budget else []) + list(callbacks or []) + [backup]
-    _log(f"Training: kargs = {kargs}, warmup_steps = {warmup_steps}, dtype policy = "
-         f"{policy}, replicas = {replicas}", verbose)
-    if not finished:
-        model.fit(train_data, validation_data=valid_data, epochs=epochs,
-                  initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-                  callbacks=fit_callbacks, shuffle=False, verbose=progress_verbosity(verbose))
-        backup.finish()
-    if os.path.isfile(best_path):
-        model.load_weights(best_path)
+    model.fit(train_data, validation_data=valid_data, epochs=config.epochs,
+              initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
+              callbacks=fit_callbacks, shuffle=False, verbose=progress_verbosity(run.verbose))
+    backup.finish()
+    return budget
 
-    translator = Translator(model, source_tokenizer, target_tokenizer)
-    translator.save(out_dir)
-    _log(f"Decoding {len(valid_pairs)} validation sentences (greedy)", verbose)
-    scores, hypotheses, references = evaluate(translator, valid_pairs,
+
+def _evaluate_and_save(run, model, budget, samples, start):
+    """Best weights, saved translator, validation scores, samples, plots."""
+    verbose = run.verbose
+    if os.path.isfile(run.path(BEST_WEIGHTS_FILE)):
+        model.load_weights(run.path(BEST_WEIGHTS_FILE))
+    translator = Translator(model, run.source_tokenizer, run.target_tokenizer)
+    translator.save(run.out_dir, train_config=run.config.to_dict())
+    _log(f"Decoding {len(run.valid_pairs)} validation sentences (greedy)", verbose)
+    scores, hypotheses, references = evaluate(translator, run.valid_pairs,
                                               verbose=progress_verbosity(verbose))
-    for (source, _), hypothesis, reference in list(zip(valid_pairs, hypotheses, references))[
-        :samples
-    ]:
+    shown = list(zip(run.valid_pairs, hypotheses, references))[:samples]
+    for (source, _), hypothesis, reference in shown:
         _log(f"  source:    {source}\n  reference: {reference}\n  output:    {hypothesis}",
              verbose)
+    warning = collapse_warning(hypotheses, references)
+    if warning:
+        warnings.warn(warning, CollapseWarning, stacklevel=3)
 
-    history = read_history(history_path)
+    history = read_history(run.path(HISTORY_FILE))
     metrics = dict(
         scores,
         epochs=len(history.get("loss", [])),
         stopped_by_time_budget=bool(budget and budget.stopped),
         seconds=round(time.monotonic() - start, 1),
-        **{key: value for key, value in stats.items() if key != "pairs"},
+        truncated_sources=run.truncation["truncated_sources"],
+        truncated_targets=run.truncation["truncated_targets"],
     )
-    write_text(os.path.join(out_dir, METRICS_FILE), json.dumps(metrics, indent=2))
-    plot_history(history, os.path.join(out_dir, HISTORY_PLOT))
+    write_text(run.path(METRICS_FILE), json.dumps(metrics, indent=2))
+    plot_history(history, run.path(HISTORY_PLOT))
     # The first validation source with a token and an output to show.
-    for source, _ in valid_pairs:
+    for source, _ in run.valid_pairs:
         weights, source_tokens, target_tokens = translator.attention(source)
         if weights.size:
-            plot_attention(weights, source_tokens, target_tokens,
-                           os.path.join(out_dir, ATTENTION_PLOT),
+            plot_attention(weights, source_tokens, target_tokens, run.path(ATTENTION_PLOT),
                            title=f"Cross-attention, last decoder layer: {source}")
             break
     # Everything is saved: a re-run now starts a new training.
-    shutil.rmtree(backup.directory)
+    shutil.rmtree(run.path(BACKUP_DIR), ignore_errors=True)
     _log(f"Validation: BLEU {metrics['bleu']}, chrF {metrics['chrf']}, exact match "
-         f"{metrics['exact_match']}. Saved to {out_dir}", verbose)
-    return TrainResult(translator, history, metrics, out_dir)
+         f"{metrics['exact_match']}, distinct answers {metrics['distinct_answers']}. "
+         f"Saved to {run.out_dir}", verbose)
+    return TrainResult(translator, history, metrics, run.out_dir)

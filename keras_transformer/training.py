@@ -17,30 +17,57 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) (sec. 5.3).
 
     `step` counts from 1 as in the paper (the optimizer's iteration 0 is step 1).
+    The rate rises linearly for `warmup_steps` steps, to its peak
+    `(d_model * warmup_steps)^-0.5`, then falls as `step^-0.5`. The paper's
+    peak depends on the warm-up: a short warm-up gives a high peak (0.012 for
+    d_model 256 and 27 steps, which a post-LN model does not survive). With
+    `peak_learning_rate` the curve keeps its shape and the peak is that value,
+    whatever the warm-up:
+
+        lrate = peak_learning_rate * min(sqrt(warmup_steps / step), step / warmup_steps)
 
     Args:
         d_model: int. Model width.
         warmup_steps: int. Steps of linear warm-up. Defaults to `4000`.
+        peak_learning_rate: float. The rate at the end of the warm-up.
+            Defaults to `None`: the paper's `(d_model * warmup_steps)^-0.5`.
 
     Example:
     >>> schedule = CustomSchedule(512)
     >>> optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98,
     ...                                   epsilon=1e-9)
+    >>> round(float(CustomSchedule(256, 400, peak_learning_rate=1e-3)(399)), 6)
+    0.001
     """
 
-    def __init__(self, d_model, warmup_steps=4000):
+    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None):
         super().__init__()
         self.d_model = _config.check_positive_int("d_model", d_model)
         self.warmup_steps = _config.check_positive_int("warmup_steps", warmup_steps)
+        if peak_learning_rate is not None and not (
+            isinstance(peak_learning_rate, (int, float)) and peak_learning_rate > 0
+        ):
+            raise ValueError(
+                "Received an invalid value for argument `peak_learning_rate`, expected a "
+                f"float > 0 or None. Received: peak_learning_rate={peak_learning_rate!r}"
+            )
+        self.peak_learning_rate = peak_learning_rate
+
+    @property
+    def peak(self):
+        """The learning rate at the end of the warm-up."""
+        if self.peak_learning_rate is None:
+            return (self.d_model * self.warmup_steps) ** -0.5
+        return float(self.peak_learning_rate)
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32) + 1.0
-        arg1 = tf.math.rsqrt(step)
-        arg2 = step * (self.warmup_steps**-1.5)
-        return tf.math.rsqrt(tf.cast(self.d_model, tf.float32)) * tf.minimum(arg1, arg2)
+        warmup = float(self.warmup_steps)
+        return self.peak * tf.minimum(tf.sqrt(warmup / step), step / warmup)
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
+                "peak_learning_rate": self.peak_learning_rate}
 
 
 def _non_pad_mean(values, y_true, pad_token_idx, replica_share):
@@ -100,7 +127,9 @@ class MaskedLoss(keras.losses.Loss):
         pad_token_idx: int. Defaults to `0`.
 
     Example:
-    >>> model.compile("adam", loss=MaskedLoss(label_smoothing=0.1))  # doctest: +SKIP
+    >>> loss = MaskedLoss(label_smoothing=0.1)  # model.compile(optimizer, loss=loss)
+    >>> round(float(loss([[5, 2, 0]], tf.one_hot([[5, 2, 7]], 8) * 20.0)), 2)
+    1.75
     """
 
     def __init__(self, label_smoothing=0.0, pad_token_idx=0, name="masked_loss", **kwargs):
@@ -135,3 +164,26 @@ def masked_accuracy(y_true, y_pred, pad_token_idx=0):
     predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
     return _non_pad_mean(tf.cast(tf.equal(y_true, predicted), tf.float32), y_true,
                          pad_token_idx, replica_share=False)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(keras.metrics.MeanMetricWrapper):
+    """`masked_accuracy` as a metric object, for a `<PAD>` id other than 0.
+
+    Args:
+        pad_token_idx: int. Defaults to `0`.
+        name: str. Defaults to `"masked_accuracy"`.
+
+    Example:
+    >>> metric = MaskedAccuracy(pad_token_idx=5)
+    >>> metric.update_state([[7, 8, 5]], tf.one_hot([[7, 9, 5]], 10))
+    >>> float(metric.result())
+    0.5
+    """
+
+    def __init__(self, pad_token_idx=0, name="masked_accuracy", **kwargs):
+        super().__init__(masked_accuracy, name=name, pad_token_idx=pad_token_idx, **kwargs)
+        self.pad_token_idx = pad_token_idx
+
+    def get_config(self):
+        return {"name": self.name, "pad_token_idx": self.pad_token_idx}

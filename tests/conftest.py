@@ -32,6 +32,19 @@ TINY_TRAIN = {"num_layers": 1, "d_model": 16, "num_heads": 2, "dff": 32, "max_le
               "batch_size": 32, "tokenizer": "word", "verbose": 0}
 
 
+# The tiny task of issue 13: 6 nouns, the 30 ordered pairs of two of them,
+# each seen 20 times ("the cat sees the dog" -> "고양이 개 본다").
+NOUNS = {"the cat": "고양이", "the dog": "개", "the bird": "새", "the rabbit": "토끼",
+         "the fox": "여우", "the horse": "말"}
+
+
+def sees_pairs(repeats=20):
+    """600 pairs of a 30-pair task that a default recipe once failed to learn."""
+    pairs = [(f"{a} sees {b}", f"{NOUNS[a]} {NOUNS[b]} 본다")
+             for a in NOUNS for b in NOUNS if a != b]
+    return pairs * repeats
+
+
 class AtBatch(keras.callbacks.Callback):
     """Calls `action()` after batch `batch` of epoch `epoch`: an interruption
     in the middle of an epoch."""

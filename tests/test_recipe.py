@@ -10,12 +10,15 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import TINY_TRAIN as TINY
-from conftest import AtBatch
-from keras_transformer import Translator, cli, train
+from conftest import AtBatch, sees_pairs
+from keras_transformer import Translator, cli, export_saved_model, train
 from keras_transformer.data import english_korean_corpus
 from keras_transformer.plotting import plot_attention, plot_history
+from keras_transformer.recipe import CollapseWarning, collapse_warning
+from keras_transformer.text import SPECIAL_TOKENS, WordTokenizer
 
 TINY_FLAGS = ["--num-layers", "1", "--d-model", "16", "--num-heads", "2", "--dff", "32",
               "--max-length", "16", "--batch-size", "32", "--epochs", "2"]
@@ -95,7 +98,7 @@ def test_cli_chat_answers_each_stdin_line_on_stdout(chatbot_dir, corpus):
     assert result.returncode == 0, result.stderr
     answers = result.stdout.split("\n")
     assert answers[-1] == "" and len(answers) - 1 == len(questions)
-    assert answers[0] == Translator.load(out).translate(questions[0])
+    assert answers[0] == Translator.load(out).translate(questions[0], method=cli.CHAT_METHOD)
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
@@ -173,7 +176,9 @@ def test_translator_load_names_the_broken_file(chatbot_dir, tmp_path):
 
 def test_plots_have_titles_and_labels():
     figure = plot_history({"loss": [2.0, 1.0], "val_loss": [2.5, 1.5],
-                           "masked_accuracy": [0.5, 0.7]})
+                           "masked_accuracy": [0.5, 0.7], "val_chrf": [3.0, 9.5],
+                           "val_distinct_answers": [0.01, 0.6]})
+    assert len(figure.axes) == 3
     for axis in figure.axes:
         assert axis.get_title() and axis.get_xlabel() == "epoch" and axis.get_ylabel()
     figure = plot_attention(np.full((2, 3, 4), 0.25), list("abcd"), ["가", "나", "<END>"])
@@ -181,3 +186,137 @@ def test_plots_have_titles_and_labels():
     assert len(shown) == 2 and all(axis.get_xlabel() for axis in shown)
     with pytest.raises(ValueError, match="attention"):
         plot_attention(np.zeros((3, 4)), list("abc"), list("abc"))
+
+
+# Issue 13: the defaults must learn on small data and report a collapse.
+
+
+def test_the_defaults_learn_the_30_pair_task(tmp_path):
+    """600 pairs, 30 distinct: a default recipe whose learning rate peaked at 0.012
+    here answered every sentence with nothing."""
+    result = train(sees_pairs(), str(tmp_path / "tiny"), verbose=0)
+    assert result.metrics["exact_match"] >= 0.9
+    translator = Translator.load(tmp_path / "tiny")
+    assert translator.translate(["the fox sees the horse", "the horse sees the fox"]) == [
+        "여우 말 본다", "말 여우 본다"]
+
+
+def _peak(optimizer, steps=10**6):
+    schedule = keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+    values = schedule(np.arange(steps)).numpy()
+    return values.max(), values.argmax()
+
+
+@pytest.mark.filterwarnings("ignore::keras_transformer.recipe.CollapseWarning")
+def test_the_peak_learning_rate_does_not_depend_on_the_run_length(tmp_path):
+    tiny = train(sees_pairs(1)[:40], str(tmp_path / "tiny"), epochs=1, time_budget=0,
+                 **dict(TINY, d_model=32))
+    huge = train(sees_pairs(10), str(tmp_path / "huge"), epochs=10**5, time_budget=0,
+                 **dict(TINY, d_model=32))
+    (tiny_peak, tiny_at), (huge_peak, huge_at) = (
+        _peak(result.translator.model.optimizer) for result in (tiny, huge))
+    assert tiny_peak == huge_peak and tiny_at == huge_at
+    # The paper's peak for d_model 32, reached after the warm-up (the old
+    # automatic warm-up, a tenth of the run, made it 0.18 for the tiny run).
+    np.testing.assert_allclose(tiny_peak, (32 * 4000) ** -0.5, rtol=1e-5)
+    assert tiny_at + 1 == 400
+
+
+def test_a_collapsed_model_is_reported(tmp_path, monkeypatch, corpus):
+    monkeypatch.setattr(Translator, "translate",
+                        lambda self, texts, **kwargs: ["잘 될 거예요."] * len(list(texts)))
+    with pytest.warns(CollapseWarning,
+                      match=r"collapsed: only 2.5% .*40 of them .*'잘 될 거예요.'"):
+        result = train(corpus["train"], str(tmp_path / "run"), corpus["train"][:40], epochs=1,
+                       **TINY)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["distinct_answers"] == result.metrics["distinct_answers"] == 0.025
+    # A collapsed epoch is never the best one: its chrF counts as 0.
+    assert result.history["val_chrf"] == [0.0] and result.metrics["chrf"] > 0
+
+
+def test_collapse_warning_only_for_answers_all_alike_or_empty():
+    references = [f"답 {i}" for i in range(100)]
+    assert collapse_warning(references, references) is None
+    assert "only 1.0%" in collapse_warning(["네"] * 100, references)
+    assert "60% of the 100 validation answers are empty" in collapse_warning(
+        [""] * 60 + references[:40], references)
+    # References that are themselves all alike: answering alike is right.
+    assert collapse_warning(["네"] * 100, ["네"] * 100) is None
+
+
+def test_special_ids_other_than_0_1_2_3_travel_end_to_end(tmp_path):
+    """Real words at ids 0, 1, 2 and the special tokens at the end: any place that
+    still treats 0 as <PAD>, 1 as <SOS> or 2 as <END> loses or cuts answers."""
+    pairs = sees_pairs()
+    learned = WordTokenizer.from_texts([text for pair in pairs for text in pair], verbose=0)
+    first = ["본다", "고양이", "개"]
+    words = [t for t in learned.vocabulary if t not in SPECIAL_TOKENS and t not in first]
+    tokenizer = WordTokenizer(first + words + ["<UNK>", "<END>", "<SOS>", "<PAD>"])
+    size = tokenizer.vocab_size
+    assert (tokenizer.pad_id, tokenizer.start_id, tokenizer.end_id) == (size - 1, size - 2,
+                                                                        size - 3)
+    result = train(pairs, str(tmp_path / "run"), tokenizers=(tokenizer, tokenizer), epochs=40,
+                   patience=40, **dict(TINY, d_model=64, num_heads=4, dff=128))
+    model = result.translator.model
+    assert (model.pad_token_idx, model.start_token_idx, model.end_token_idx) == (
+        size - 1, size - 2, size - 3)
+    assert result.metrics["exact_match"] >= 0.9
+
+    translator = Translator.load(tmp_path / "run")
+    sources = ["the cat sees the dog", "the dog sees the cat", "the fox sees the cat"]
+    expected = ["고양이 개 본다", "개 고양이 본다", "여우 고양이 본다"]
+    assert translator.translate(sources) == expected
+    assert translator.translate(sources, method="mmi") == expected
+    weights, source_tokens, target_tokens = translator.attention(sources[0])
+    assert source_tokens == sources[0].split()
+    assert target_tokens == ["고양이", "개", "본다", "<END>"] and weights.shape[1:] == (4, 5)
+
+    exported = export_saved_model(model, tokenizer, tokenizer, str(tmp_path / "saved"),
+                                  method="beam")
+    served = tf.saved_model.load(exported).signatures["serving_default"](
+        text=tf.constant(sources))
+    assert [text.decode("utf-8") for text in served["text"].numpy()] == expected
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [(["--d-model", "100"], "`d_model`"), (["--learning-rate", "-1"], "`learning_rate`"),
+     (["--no-shared-vocabulary", "--share-embeddings"], "`share_embeddings`"),
+     (["--max-length", "1"], "`max_length`")],
+)
+def test_bad_training_flag_values_are_one_line_with_exit_2(tmp_path, capsys, flags, named):
+    data = tmp_path / "data.csv"
+    data.write_text("Q,A\n가끔 궁금해,그 사람도 그럴 거예요.\n", encoding="utf-8")
+    status = cli.main(["train", "--data", str(data), "--format", "chatbot", "--out",
+                       str(tmp_path / "out"), *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and named in err[0], err
+    assert not (tmp_path / "out").exists()  # checked before anything is written
+
+
+@pytest.mark.parametrize("flags, named", [(["--beam-size", "0"], "`beam_size`"),
+                                          (["--top-p", "2"], "`top_p`"),
+                                          (["--mmi-weight", "-1"], "`mmi_weight`")])
+def test_bad_decoding_flag_values_are_one_line_with_exit_2(chatbot_dir, capsys, flags, named):
+    out, _ = chatbot_dir
+    assert cli.main(["translate", "--model", str(out), *flags, "가끔 궁금해"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0], err
+
+
+@pytest.mark.parametrize("error", [ValueError("an internal mistake"), KeyError("internal")])
+def test_a_bug_prints_its_traceback_and_asks_for_a_report(chatbot_dir, capsys, monkeypatch,
+                                                          error):
+    """A ValueError from our own code is not the user's mistake: no one-line
+    "error:" that hides the traceback."""
+    out, _ = chatbot_dir
+
+    def broken(self, texts, **kwargs):
+        raise error
+
+    monkeypatch.setattr(Translator, "translate", broken)
+    assert cli.main(["translate", "--model", str(out), "가끔 궁금해"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and f"{type(error).__name__}:" in err
+    assert err.strip().splitlines()[-1].endswith(cli.BUG_REPORT)
