@@ -15,6 +15,7 @@ import time
 import keras
 import numpy as np
 
+from keras_transformer import _config
 from keras_transformer._files import atomic_path, write_text
 from keras_transformer.errors import InputError
 
@@ -160,10 +161,8 @@ class BestWeights(keras.callbacks.Callback):
 
     def __init__(self, path, monitor="val_loss", mode="min", best=None):
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"Received an invalid value for argument `mode`, expected one "
-                             f"of {list(MODES)}. Received: mode={mode!r}")
-        self.path, self.monitor, self.mode, self.best = path, monitor, mode, best
+        self.path, self.monitor, self.best = path, monitor, best
+        self.mode = _config.check_choice("mode", mode, MODES)
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
@@ -200,10 +199,8 @@ class EarlyStopping(keras.callbacks.Callback):
     def __init__(self, monitor="val_loss", mode="min", patience=5, earlier=(),
                  start_from_epoch=0, goal=None):
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"Received an invalid value for argument `mode`, expected one "
-                             f"of {list(MODES)}. Received: mode={mode!r}")
-        self.monitor, self.mode, self.patience = monitor, mode, patience
+        self.monitor, self.patience = monitor, patience
+        self.mode = _config.check_choice("mode", mode, MODES)
         self.earlier = list(earlier)
         self.start_from_epoch, self.goal = start_from_epoch, goal
         self.stopped_epoch = None
