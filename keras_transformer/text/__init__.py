@@ -1,6 +1,7 @@
 """Tokenizers and vocabularies on tensorflow-text ops (see `tokenizers`)."""
 
 from keras_transformer.text.tokenizers import (
+    ENCODER_TOKENS,
     END,
     PAD,
     SOS,
@@ -17,6 +18,7 @@ from keras_transformer.text.tokenizers import (
 )
 
 __all__ = [
+    "ENCODER_TOKENS",
     "END",
     "PAD",
     "SOS",

@@ -18,8 +18,11 @@ no case), and every run of control or separator characters becomes one space.
 The special tokens are `<PAD>`, `<SOS>`, `<END>` and `<UNK>`. A learned
 vocabulary puts them first (ids 0, 1, 2, 3, the tutorial's); a vocabulary
 given by the user may hold them anywhere, and a tokenizer reads their ids
-from it (`pad_id`, `start_id`, `end_id`, `unk_id`). No text ever tokenizes to
-the first three.
+from it (`pad_id`, `start_id`, `end_id`, `unk_id`). A vocabulary for an
+encoder-only (BERT-style) model also holds `[CLS]`, `[SEP]` and `[MASK]`
+(`from_texts(..., encoder_tokens=True)` puts them at ids 4, 5, 6; `cls_id`,
+`sep_id`, `mask_id` are `None` without them). No text ever tokenizes to
+`<PAD>`, `<SOS>`, `<END>` or one of the encoder tokens.
 """
 
 import collections
@@ -36,6 +39,8 @@ from keras_transformer.errors import InputError
 
 PAD, SOS, END, UNK = 0, 1, 2, 3  # their ids in a learned vocabulary
 SPECIAL_TOKENS = ("<PAD>", "<SOS>", "<END>", "<UNK>")
+# BERT's: the sequence summary, the segment separator, the masked-LM blank.
+ENCODER_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 # The tutorial's FILTERS: characters deleted before splitting into words.
 TUTORIAL_FILTERS = r"[~.,!?\"':;)(]"
 SPACE_SYMBOL = "\u2581"  # "▁", how the char tokenizer writes a space.
@@ -71,6 +76,9 @@ class Tokenizer(tf.Module):
         self.pad_id, self.start_id, self.end_id, self.unk_id = (
             vocabulary.index(token) for token in SPECIAL_TOKENS
         )
+        self.cls_id, self.sep_id, self.mask_id = (
+            vocabulary.index(token) if token in vocabulary else None for token in ENCODER_TOKENS
+        )
         self._tokens = tf.constant(vocabulary, dtype=tf.string)
         self._table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
@@ -83,6 +91,13 @@ class Tokenizer(tf.Module):
     def vocab_size(self):
         """Number of tokens, special tokens included."""
         return len(self.vocabulary)
+
+    @property
+    def control_ids(self):
+        """The ids no text tokenizes to: `<PAD>`, `<SOS>`, `<END>` and the
+        encoder tokens the vocabulary holds."""
+        ids = (self.pad_id, self.start_id, self.end_id, self.cls_id, self.sep_id, self.mask_id)
+        return tuple(i for i in ids if i is not None)
 
     def get_config(self):
         """What `tokenizer_from_config` needs besides the vocabulary."""
@@ -130,8 +145,9 @@ class Tokenizer(tf.Module):
             strings = strings[tf.newaxis]
         ids = self._lookup(self.split(self.normalize(strings)))
         # Text must never produce a control token (say, a literal "<END>").
+        control = tf.constant(self.control_ids, tf.int32)
         ids = tf.ragged.map_flat_values(
-            lambda x: tf.where((x == self.pad_id) | (x == self.start_id) | (x == self.end_id),
+            lambda x: tf.where(tf.reduce_any(x[:, tf.newaxis] == control, axis=1),
                                self.unk_id, x),
             ids,
         )
@@ -187,13 +203,14 @@ class Tokenizer(tf.Module):
         write_text(path, "\n".join(self.vocabulary) + "\n")
 
     @classmethod
-    def learn_vocabulary(cls, word_counts, vocab_size, verbose=0):
-        """Token counts -> vocabulary list (special tokens first)."""
-        most_common = [token for token, _ in word_counts.most_common()]
-        return list(SPECIAL_TOKENS) + most_common[: vocab_size - len(SPECIAL_TOKENS)]
+    def learn_vocabulary(cls, word_counts, vocab_size, specials=SPECIAL_TOKENS, verbose=0):
+        """Token counts -> vocabulary list (`specials` first)."""
+        most_common = [token for token, _ in word_counts.most_common() if token not in specials]
+        return list(specials) + most_common[: vocab_size - len(specials)]
 
     @classmethod
-    def from_texts(cls, texts, vocab_size=8000, lower_case=True, verbose=1):
+    def from_texts(cls, texts, vocab_size=8000, lower_case=True, encoder_tokens=False,
+                   verbose=1):
         """Learn a vocabulary from `texts` and return a tokenizer that uses it.
 
         Args:
@@ -201,15 +218,18 @@ class Tokenizer(tf.Module):
             vocab_size: int. Largest vocabulary, special tokens included.
                 Defaults to `8000`.
             lower_case: bool. Defaults to `True`.
+            encoder_tokens: bool. Also reserve `[CLS]`, `[SEP]` and `[MASK]`
+                (ids 4, 5, 6) for an encoder-only model. Defaults to `False`.
             verbose: int. `1` shows a progress bar while counting.
 
         Returns:
             A tokenizer of this class.
         """
-        if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
+        specials = SPECIAL_TOKENS + (ENCODER_TOKENS if encoder_tokens else ())
+        if not isinstance(vocab_size, int) or vocab_size <= len(specials):
             raise ValueError(
                 "Received an invalid value for argument `vocab_size`, expected an "
-                f"integer > {len(SPECIAL_TOKENS)}. Received: vocab_size={vocab_size!r}"
+                f"integer > {len(specials)}. Received: vocab_size={vocab_size!r}"
             )
         texts = list(texts)
         counts = collections.Counter()
@@ -220,7 +240,7 @@ class Tokenizer(tf.Module):
             counts.update(token.decode("utf-8") for token in tokens.flat_values.numpy())
             progress.update(start + len(batch))
         counts.pop("", None)
-        vocabulary = cls.learn_vocabulary(counts, vocab_size, verbose=verbose)
+        vocabulary = cls.learn_vocabulary(counts, vocab_size, specials, verbose=verbose)
         return cls(vocabulary, lower_case=lower_case)
 
 
@@ -283,7 +303,7 @@ class WordPieceTokenizer(Tokenizer):
         return tf.strings.regex_replace(text, r" ([.,!?;:)\]}])", r"\1")
 
     @classmethod
-    def learn_vocabulary(cls, word_counts, vocab_size, verbose=0):
+    def learn_vocabulary(cls, word_counts, vocab_size, specials=SPECIAL_TOKENS, verbose=0):
         """tensorflow-text's WordPiece learner (`learn`), trimmed to size.
 
         The learner searches for the count threshold whose vocabulary fits
@@ -294,23 +314,23 @@ class WordPieceTokenizer(Tokenizer):
         can be spelled; the other tokens are kept most frequent first.
         """
         if not word_counts:
-            return list(SPECIAL_TOKENS)
+            return list(specials)
         vocabulary = wordpiece_learner.learn(
             list(word_counts.items()),
             vocab_size,
-            list(SPECIAL_TOKENS),
+            list(specials),
             lower_thresh=1,
             max_unique_chars=len({char for word in word_counts for char in word}),
             joiner=cls.suffix_indicator,
         )
-        return cls._trim(vocabulary, vocab_size)
+        return cls._trim(vocabulary, vocab_size, specials)
 
     @classmethod
-    def _trim(cls, vocabulary, vocab_size):
+    def _trim(cls, vocabulary, vocab_size, specials):
         """Keep special and single-character tokens, then the first others that fit."""
 
         def required(token):
-            return token in SPECIAL_TOKENS or len(token.removeprefix(cls.suffix_indicator)) == 1
+            return token in specials or len(token.removeprefix(cls.suffix_indicator)) == 1
 
         if len(vocabulary) <= vocab_size:
             return vocabulary
