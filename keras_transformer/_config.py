@@ -14,7 +14,8 @@ _POSITIVE_INT_ARGS = frozenset({"num_layers", "d_model", "num_heads", "dff", "in
 # The tutorial's `kargs` keys plus this package's model options.
 CONFIG_KEYS = _POSITIVE_INT_ARGS | {"model_name", "end_token_idx", "rate", "norm_first",
                                     "activation", "position_encoding", "share_embeddings",
-                                    "pad_token_idx", "start_token_idx"}
+                                    "pad_token_idx", "start_token_idx", "type_vocab_size",
+                                    "embedding_layernorm"}
 
 # Arguments that `keras.layers.Layer.__init__` understands.
 _KERAS_LAYER_KEYS = frozenset(

@@ -2,6 +2,12 @@
 embedding front end
 
     x = Embedding(ids) * sqrt(d_model) + PE[positions];  x = Dropout(x)
+
+or, BERT's (seed 001) with `embedding_layernorm=True` and segments
+(`type_vocab_size > 0`):
+
+    x = Embedding(ids) * sqrt(d_model) + PE[positions] + SegmentEmbedding(segment_ids)
+    x = Dropout(LayerNorm(x))
 """
 
 import math
@@ -126,10 +132,13 @@ class TransformerStack(keras.layers.Layer):
     VOCAB = None
     CONFIG = ("num_layers", "d_model", "num_heads", "dff", "maximum_position_encoding", "rate",
               "norm_first", "activation", "position_encoding", "pad_token_idx")
+    # BERT's embedding options (the `Transformer` leaves them at their defaults).
+    EMBEDDING_CONFIG = ("type_vocab_size", "embedding_layernorm")
 
     def __init__(self, num_layers, d_model, num_heads, dff, vocab_size,
                  maximum_position_encoding, rate=0.1, norm_first=False, activation="relu",
-                 position_encoding="sinusoidal", pad_token_idx=0, embedding=None, **kwargs):
+                 position_encoding="sinusoidal", pad_token_idx=0, type_vocab_size=0,
+                 embedding_layernorm=False, embedding=None, **kwargs):
         super().__init__(**_config.layer_kwargs(type(self).__name__, kwargs))
         _config.check_model_args(
             num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
@@ -143,6 +152,8 @@ class TransformerStack(keras.layers.Layer):
             norm_first=bool(norm_first), activation=activation,
             position_encoding=position_encoding,
             pad_token_idx=_config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size),
+            type_vocab_size=_config.check_non_negative_int("type_vocab_size", type_vocab_size),
+            embedding_layernorm=bool(embedding_layernorm),
             **{self.VOCAB: vocab_size},
         )
 
@@ -168,6 +179,12 @@ class TransformerStack(keras.layers.Layer):
             )
         else:
             self.pos_encoding = positional_encoding(maximum_position_encoding, d_model)
+        if self.type_vocab_size:
+            self.segment_embedding = keras.layers.Embedding(
+                type_vocab_size, d_model, dtype=self.dtype_policy, name="segment_embedding"
+            )
+        if self.embedding_layernorm:
+            self.embedding_norm = layer_norm(self.dtype_policy, "embedding_layernorm")
         self.dropout = Dropout(rate, dtype=self.dtype_policy, name="dropout")
         if self.norm_first:
             self.final_layernorm = layer_norm(self.dtype_policy, "final_layernorm")
@@ -185,7 +202,8 @@ class TransformerStack(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in (*self.CONFIG, self.VOCAB)})
+        config.update({name: getattr(self, name)
+                       for name in (*self.CONFIG, *self.EMBEDDING_CONFIG, self.VOCAB)})
         return config
 
     def build(self, input_shape):
@@ -195,6 +213,10 @@ class TransformerStack(keras.layers.Layer):
         if self.position_encoding == "learned":
             self.pos_embedding.build(input_shape)
         hidden_shape = (*input_shape, self.d_model)  # (B, T, d_model)
+        if self.type_vocab_size:
+            self.segment_embedding.build(input_shape)
+        if self.embedding_layernorm:
+            self.embedding_norm.build(hidden_shape)
         for layer in getattr(self, self.LAYERS):
             layer.build(hidden_shape)
         if self.norm_first:
@@ -228,21 +250,34 @@ class TransformerStack(keras.layers.Layer):
                     f"Received: ids from {low} to {high}"
                 )
 
-    def _embed(self, x, training=None, position=None):
+    def _embed(self, x, training=None, position=None, segment_ids=None):
         """Token ids `(B, T)` -> scaled embeddings plus positions `(B, T, d_model)`.
 
         `position`, a scalar int tensor, places a single token (`T == 1`) at that
         position for cached decoding; otherwise positions are `0 .. T-1`.
+        `segment_ids` `(B, T)` (ids below `type_vocab_size`; all 0 when `None`)
+        add segment embeddings when `type_vocab_size > 0`.
         """
+        if segment_ids is not None and not self.type_vocab_size:
+            raise ValueError(
+                "Received an invalid value for argument `segment_ids`: this layer has no "
+                "segment embeddings (type_vocab_size=0). Received: segment_ids of shape "
+                f"{tuple(segment_ids.shape)}"
+            )
         if position is None:
             self._check_ids(x)
         seq_len = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
         start = 0 if position is None else position
-        x = self.embedding(x)  # (B, T, d_model)
+        ids, x = x, self.embedding(x)  # (B, T, d_model)
         x = x * tf.cast(math.sqrt(self.d_model), x.dtype)
         if self.position_encoding == "learned":
             x = x + self.pos_embedding(tf.range(start, start + seq_len))[tf.newaxis]
         else:
             table = tf.slice(self.pos_encoding, [0, start, 0], [1, seq_len, self.d_model])
             x = x + tf.cast(table, x.dtype)  # (B, T, d_model)
+        if self.type_vocab_size:
+            x = x + self.segment_embedding(tf.zeros_like(ids) if segment_ids is None
+                                           else segment_ids)
+        if self.embedding_layernorm:
+            x = self.embedding_norm(x)
         return self.dropout(x, training=training)

@@ -93,6 +93,11 @@ class Encoder(MaskByKeyword, TransformerStack):
         position_encoding: str. `"sinusoidal"` (fixed, the tutorial) or
             `"learned"`. Defaults to `"sinusoidal"`.
         pad_token_idx: int. Id of `<PAD>`. Defaults to `0`.
+        type_vocab_size: int. Number of segments (BERT's sentence A/B, 2) with
+            an embedding each, added to the input; `0` for none. Defaults to
+            `0`.
+        embedding_layernorm: bool. A LayerNorm on the summed embeddings before
+            the dropout, as BERT (seed 001) does. Defaults to `False`.
         embedding: a `keras.layers.Embedding(input_vocab_size, d_model)` to use
             (and share) instead of a new one; not part of the config, so the
             owner that shares it must rebuild the sharing. Defaults to `None`.
@@ -106,6 +111,8 @@ class Encoder(MaskByKeyword, TransformerStack):
         training: bool. Dropout is active only when `True`.
         return_attention_weights: bool. Also return a dict
             `{"encoder_layer{i}": (B, heads, S, S)}`, `i` from 1.
+        segment_ids: int tensor `(B, S)` of ids below `type_vocab_size`, or
+            `None` (segment 0 everywhere). Only with `type_vocab_size > 0`.
 
     Returns:
         `(B, S, d_model)`, or `(output, weights)`.
@@ -124,11 +131,12 @@ class Encoder(MaskByKeyword, TransformerStack):
         super().__init__(num_layers, d_model, num_heads, dff, input_vocab_size,
                          maximum_position_encoding, **options)
 
-    def call(self, x, mask=None, training=None, return_attention_weights=False):
+    def call(self, x, mask=None, training=None, return_attention_weights=False,
+             segment_ids=None):
         mask = as_attention_mask(mask)
         if mask is None:
             mask = create_padding_mask(x, self.pad_token_idx)  # (B, 1, 1, S)
-        x = self._embed(x, training=training)  # (B, S, d_model)
+        x = self._embed(x, training=training, segment_ids=segment_ids)  # (B, S, d_model)
 
         attention_weights = {}
         for i, layer in enumerate(self.enc_layers):
