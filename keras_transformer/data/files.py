@@ -125,6 +125,37 @@ def load_pairs(path, format):
     return pairs
 
 
+def load_texts(path, format):
+    """Texts to pretrain on: one per non-blank line (`"text"`), or a chatbot
+    CSV's questions and answers (`"chatbot"`); an empty result is an error."""
+    if format == "text":
+        texts = [line.strip() for line in _read_text(path).split("\n") if line.strip()]
+    elif format == "chatbot":
+        texts = [text for pair in load_chatbot_csv(path) for text in pair]
+    else:
+        raise InputError(
+            "Received an invalid value for argument `format`, expected one of "
+            f"['text', 'chatbot']. Received: format={format!r}"
+        )
+    if not texts:
+        raise DataFileError(path, None, "holds no text")
+    return texts
+
+
+def load_labeled(path, format):
+    """`(text, label)` pairs: `text<TAB>label` lines (`"tsv"`) or a chatbot
+    CSV's `Q` and `label` columns (`"chatbot"`); labels are stripped of spaces
+    and an empty label is an error naming the line."""
+    pairs = load_chatbot_csv(path, "Q", "label") if format == "chatbot" else load_pairs(
+        path, format)
+    if not pairs:
+        raise DataFileError(path, None, "holds no labelled texts")
+    for number, (_, label) in enumerate(pairs, start=1):
+        if not label.strip():
+            raise DataFileError(path, None, f"example {number} has an empty label")
+    return [(text, label.strip()) for text, label in pairs]
+
+
 def save_parallel_tsv(pairs, path):
     """Write `(source, target)` pairs as a TSV that `load_parallel_tsv` reads back.
 
