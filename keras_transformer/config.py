@@ -1,9 +1,11 @@
-"""`TrainConfig`: every option of the training recipe, and its default, in one place.
+"""Every option of the training recipes, and its default, in one place.
 
-`keras_transformer.train(..., **options)` overrides its fields, the flags of
-`keras-transformer train` and `demo` are generated from them (help text and
-choices included), and the `config.json` of a trained model records the
-values it was trained with. Nothing here imports TensorFlow.
+`TrainConfig` is the encoder-decoder recipe's (`keras_transformer.train`),
+`PretrainConfig` and `ClassifyConfig` the encoder-only recipes'
+(`keras_transformer.pretrain`, `keras_transformer.fine_tune`). A recipe's
+`**options` override the fields, the CLI flags are generated from them (help
+text and choices included), and the `config.json` of a trained model records
+the values it was trained with. Nothing here imports TensorFlow.
 """
 
 import dataclasses
@@ -17,6 +19,7 @@ ACTIVATIONS = ("relu", "gelu")
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 PRECISIONS = ("bf16", "fp16")
 STRATEGIES = ("mirrored", "multi_worker", "tpu")
+POOLINGS = ("cls", "mean")
 
 
 def _option(default, help, group, type=None, choices=None):
@@ -101,55 +104,16 @@ class TrainConfig:
                             "tf.distribute.Strategy", "scale", choices=STRATEGIES)
 
     def __post_init__(self):
-        try:
-            self._check()
-        except InputError:
-            raise
-        except ValueError as error:
-            raise InputError(str(error)) from None
+        _checked(self._check)
 
     def _check(self):
-        for field in dataclasses.fields(self):
-            value, meta = getattr(self, field.name), field.metadata
-            if value is None and field.default is None:
-                continue  # an optional value left unset
-            if field.name == "strategy" and hasattr(value, "scope"):
-                continue  # a tf.distribute.Strategy object
-            if meta["choices"] is not None:
-                _config.check_choice(field.name, value, meta["choices"])
-            elif meta["type"] is bool and not isinstance(value, bool):
-                raise InputError(
-                    f"Received an invalid value for argument `{field.name}`, expected "
-                    f"True or False. Received: {field.name}={value!r}"
-                )
-        for name in ("vocab_size", "max_length", "num_layers", "d_model", "num_heads", "dff",
-                     "batch_size", "epochs", "warmup_steps"):
-            _config.check_positive_int(name, getattr(self, name))
-        _config.check_divisible(self.d_model, self.num_heads)
-        _config.check_non_negative_int("patience", self.patience)
-        for name in ("rate", "token_dropout", "label_smoothing", "valid_fraction"):
+        _check_common(self)
+        for name in ("token_dropout", "label_smoothing"):
             _config.check_rate(name, getattr(self, name))
         if self.max_length < 2:
             raise InputError(
                 "Received an invalid value for argument `max_length`, expected an integer "
                 f">= 2 (<SOS> or <END> plus one token). Received: max_length={self.max_length}"
-            )
-        if self.learning_rate is not None and not _positive_number(self.learning_rate):
-            raise InputError(
-                "Received an invalid value for argument `learning_rate`, expected a "
-                f"number > 0 or None. Received: learning_rate={self.learning_rate!r}"
-            )
-        if self.time_budget is not None and not (
-            _positive_number(self.time_budget) or self.time_budget == 0
-        ):
-            raise InputError(
-                "Received an invalid value for argument `time_budget`, expected a "
-                f"number of seconds >= 0 or None. Received: time_budget={self.time_budget!r}"
-            )
-        if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool):
-            raise InputError(
-                f"Received an invalid value for argument `seed`, expected an integer. "
-                f"Received: seed={self.seed!r}"
             )
         if self.share_embeddings and not self.shared_vocabulary:
             raise InputError(
@@ -164,6 +128,144 @@ class TrainConfig:
         if self.strategy is not None and not isinstance(self.strategy, str):
             values["strategy"] = type(self.strategy).__name__
         return values
+
+
+@dataclasses.dataclass(frozen=True)
+class _EncoderConfig:
+    """What the encoder-only recipes share: BERT's encoder (seed 001: learned
+    positions, segment embeddings, LayerNorm on the embeddings, pre-LN layers
+    with GELU) with the tutorial's `kargs` names for its sizes.
+
+    The defaults were chosen on ChatbotData's topic labels
+    (`benchmarks/bench_classify.py`, `benchmarks/RESULTS.md`): a 4,000-token
+    vocabulary instead of 8,000 together with a fine-tuning peak of 2e-4
+    instead of 1e-3 gave about 3 points of accuracy, from scratch and
+    pretrained alike.
+    """
+
+    tokenizer: str = _option("wordpiece", "wordpiece (sub-words), word or char", "text",
+                             choices=TOKENIZERS)
+    vocab_size: int = _option(4000, "largest vocabulary, [CLS] [SEP] [MASK] included", "text",
+                              int)
+    lower_case: bool = _option(True, "lower-case the text", "text", bool)
+    max_length: int = _option(32, "maximum_position_encoding: tokens per input, [CLS] and "
+                              "[SEP] included; longer texts are cut", "text", int)
+    num_layers: int = _option(2, "encoder layers", "model", int)
+    d_model: int = _option(256, "model width", "model", int)
+    num_heads: int = _option(4, "attention heads", "model", int)
+    dff: int = _option(1024, "inner width of the feed-forward networks", "model", int)
+    rate: float = _option(0.1, "dropout rate", "model", float)
+    batch_size: int = _option(64, "texts per step", "training", int)
+    epochs: int = _option(100, "most epochs", "training", int)
+    patience: int = _option(5, "early stopping: epochs without a better validation score",
+                            "training", int)
+    warmup_steps: int = _option(400, "learning-rate warm-up steps", "training", int)
+    learning_rate: float = _option(1e-3, "peak learning rate", "training", float)
+    time_budget: float = _option(None, "stop training after this many seconds, then "
+                                 "evaluate and save", "training", float)
+    valid_fraction: float = _option(0.1, "validation share of the data", "training", float)
+    seed: int = _option(0, "seed of the split, the initial weights and the batch order",
+                        "training", int)
+    jit_compile: bool = _option(False, "XLA-compile the training step", "scale", bool)
+
+    def __post_init__(self):
+        _checked(self._check)
+
+    def _check(self):
+        _check_common(self)
+
+    def to_dict(self):
+        """The options as JSON-compatible values."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig(_EncoderConfig):
+    """The options of `keras_transformer.pretrain`: BERT's masked language model.
+
+    Example:
+    >>> PretrainConfig().mask_rate
+    0.15
+    """
+
+    mask_rate: float = _option(0.15, "share of tokens masked (then 80% [MASK], 10% random, "
+                               "10% kept)", "training", float)
+    patience: int = _option(10, "early stopping: epochs without a lower validation loss",
+                            "training", int)
+
+    def _check(self):
+        _check_common(self)
+        _config.check_rate("mask_rate", self.mask_rate)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifyConfig(_EncoderConfig):
+    """The options of `keras_transformer.fine_tune`: a classifier on BERT's encoder.
+
+    With a pretrained model the vocabulary and the model sizes are the
+    pretrained model's and the text and size options here are not used.
+
+    Example:
+    >>> ClassifyConfig().pooling
+    'cls'
+    """
+
+    pooling: str = _option("cls", "classify the [CLS] state (cls) or the mean token state",
+                           "model", choices=POOLINGS)
+    patience: int = _option(5, "early stopping: epochs without a better validation "
+                            "accuracy", "training", int)
+    learning_rate: float = _option(2e-4, "peak learning rate", "training", float)
+
+
+def _checked(check):
+    """Runs `check()`, turning a `ValueError` into an `InputError` (a user mistake)."""
+    try:
+        check()
+    except InputError:
+        raise
+    except ValueError as error:
+        raise InputError(str(error)) from None
+
+
+def _check_common(config):
+    """The checks every config's fields need: types, choices, sizes, rates."""
+    for field in dataclasses.fields(config):
+        value, meta = getattr(config, field.name), field.metadata
+        if value is None and field.default is None:
+            continue  # an optional value left unset
+        if field.name == "strategy" and hasattr(value, "scope"):
+            continue  # a tf.distribute.Strategy object
+        if meta["choices"] is not None:
+            _config.check_choice(field.name, value, meta["choices"])
+        elif meta["type"] is bool and not isinstance(value, bool):
+            raise InputError(
+                f"Received an invalid value for argument `{field.name}`, expected "
+                f"True or False. Received: {field.name}={value!r}"
+            )
+    for name in ("vocab_size", "max_length", "num_layers", "d_model", "num_heads", "dff",
+                 "batch_size", "epochs", "warmup_steps"):
+        _config.check_positive_int(name, getattr(config, name))
+    _config.check_divisible(config.d_model, config.num_heads)
+    _config.check_non_negative_int("patience", config.patience)
+    for name in ("rate", "valid_fraction"):
+        _config.check_rate(name, getattr(config, name))
+    if config.learning_rate is not None and not _positive_number(config.learning_rate):
+        raise InputError(
+            "Received an invalid value for argument `learning_rate`, expected a "
+            f"number > 0 or None. Received: learning_rate={config.learning_rate!r}"
+        )
+    if config.time_budget is not None and not (
+        _positive_number(config.time_budget) or config.time_budget == 0
+    ):
+        raise InputError(
+            "Received an invalid value for argument `time_budget`, expected a "
+            f"number of seconds >= 0 or None. Received: time_budget={config.time_budget!r}"
+        )
+    if not isinstance(config.seed, numbers.Integral) or isinstance(config.seed, bool):
+        raise InputError(
+            f"Received an invalid value for argument `seed`, expected an integer. "
+            f"Received: seed={config.seed!r}"
+        )
 
 
 def _positive_number(value):
