@@ -46,17 +46,19 @@ def plot_history(history, path=None):
 
     Args:
         history: dict of lists, like `keras.callbacks.History.history`, with
-            `loss` and optionally `val_loss`, `masked_accuracy`,
-            `val_masked_accuracy`, `val_chrf`, `val_distinct_answers`.
+            `loss` and optionally `val_loss`, `masked_accuracy` and
+            `val_masked_accuracy` (or a classifier's `accuracy` and
+            `val_accuracy`), `val_chrf`, `val_distinct_answers`.
         path: str. Save the figure there as PNG. Defaults to `None`.
 
     Returns:
         `matplotlib.figure.Figure`.
     """
-    panels = [("Loss (masked, label-smoothed)", "loss",
-               (("loss", "train"), ("val_loss", "validation"))),
-              ("Token accuracy (masked)", "accuracy",
-               (("masked_accuracy", "train"), ("val_masked_accuracy", "validation")))]
+    accuracy = "masked_accuracy" if "masked_accuracy" in history else "accuracy"
+    panels = [("Loss (masked, label-smoothed)" if accuracy == "masked_accuracy" else "Loss",
+               "loss", (("loss", "train"), ("val_loss", "validation"))),
+              ("Token accuracy (masked)" if accuracy == "masked_accuracy" else "Accuracy",
+               "accuracy", ((accuracy, "train"), (f"val_{accuracy}", "validation")))]
     if history.get("val_chrf"):
         panels.append(("Validation answers (greedy)", "chrF / % distinct",
                        (("val_chrf", "chrF"), ("val_distinct_answers", "% distinct"))))
@@ -123,4 +125,40 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
             axis.set_title(f"head {head + 1}" if heads > 1 else "all heads")
         figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention weight")
         figure.suptitle(title or "Attention")
+    return _save(figure, path)
+
+
+def plot_confusion_matrix(matrix, labels, path=None, title=None):
+    """A confusion matrix: counts, rows the true labels, columns the predicted.
+
+    Args:
+        matrix: array `(n, n)` of counts.
+        labels: list of n str.
+        path: str. Save the figure there as PNG. Defaults to `None`.
+        title: str. Defaults to `"Confusion matrix"`.
+
+    Returns:
+        `matplotlib.figure.Figure`.
+    """
+    matrix = np.asarray(matrix)
+    if matrix.shape != (len(labels), len(labels)):
+        raise ValueError(
+            "Received an invalid value for argument `matrix`, expected shape "
+            f"({len(labels)}, {len(labels)}) matching the labels. Received: "
+            f"matrix.shape={matrix.shape}"
+        )
+    size = max(3.5, 0.6 * len(labels) + 2)
+    with _style():
+        figure = Figure(figsize=(size + 1, size), layout="constrained")
+        axis = figure.subplots()
+        image = axis.imshow(matrix, cmap="Blues")
+        for (row, column), count in np.ndenumerate(matrix):
+            color = "white" if count > matrix.max() / 2 else "black"
+            axis.text(column, row, str(count), ha="center", va="center", color=color)
+        axis.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+        axis.set_yticks(range(len(labels)), labels)
+        axis.set_xlabel("predicted label")
+        axis.set_ylabel("true label")
+        axis.set_title(title or "Confusion matrix")
+        figure.colorbar(image, ax=axis, shrink=0.8, label="examples")
     return _save(figure, path)
