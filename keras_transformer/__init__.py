@@ -1,15 +1,18 @@
 """keras_transformer: the Transformer of the Korean TF2 chatbot tutorial as
 library-grade Keras 3 layers.
 
-Importing the package loads the core (layers, `Transformer`, masks,
-positions, decoding, losses, schedule: keras, tensorflow and numpy only). The
-application (`train`, `Translator`, `export_saved_model`, and with them
-tensorflow-text, sacrebleu and matplotlib) loads on first use.
+Importing the package loads the core (layers, `Transformer`, the encoder-only
+`MaskedLanguageModel` and `SequenceClassifier`, masks, positions, decoding,
+losses, schedule: keras, tensorflow and numpy only). The application
+(`train`, `Translator`, `export_saved_model`, `pretrain`, `fine_tune`,
+`TextClassifier`, and with them tensorflow-text, sacrebleu and matplotlib)
+loads on first use.
 """
 
 import importlib
 
 from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
+from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
 from keras_transformer.decoder import Decoder, DecoderLayer
 from keras_transformer.encoder import Encoder, EncoderLayer
 from keras_transformer.feed_forward import point_wise_feed_forward_network
@@ -28,6 +31,11 @@ _APPLICATION = {
     "train": "keras_transformer.recipe",
     "Translator": "keras_transformer.translator",
     "export_saved_model": "keras_transformer.export",
+    "PretrainConfig": "keras_transformer.config",
+    "ClassifyConfig": "keras_transformer.config",
+    "pretrain": "keras_transformer.classification",
+    "fine_tune": "keras_transformer.classification",
+    "TextClassifier": "keras_transformer.classification",
 }
 
 
@@ -44,27 +52,35 @@ def __dir__():
 
 
 __all__ = [
+    "ClassifyConfig",
     "CustomSchedule",
     "Decoder",
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
+    "MaskedLanguageModel",
     "MaskedLoss",
     "MultiHeadAttention",
+    "PretrainConfig",
+    "SequenceClassifier",
+    "TextClassifier",
     "TrainResult",
     "TrainConfig",
     "Transformer",
     "Translator",
+    "bert_encoder",
     "create_look_ahead_mask",
     "create_masks",
     "create_padding_mask",
     "evaluate",
     "export_saved_model",
+    "fine_tune",
     "get_angles",
     "masked_accuracy",
     "masked_loss",
     "point_wise_feed_forward_network",
     "positional_encoding",
+    "pretrain",
     "scaled_dot_product_attention",
     "train",
 ]
