@@ -1,4 +1,5 @@
-"""Command line: `python -m keras_transformer {demo,train,chat,translate,export,saved-model-cli}`.
+"""Command line: `python -m keras_transformer {demo,train,chat,translate,export,
+saved-model-cli,pretrain,classify}`.
 
 - `demo`: train on the built-in English -> Korean corpus, score the held-out
   test split, print samples, write plots, end with one JSON line.
@@ -9,8 +10,13 @@
 - `export`: a string-in, string-out SavedModel of a model directory.
 - `saved-model-cli`: `show` and `run` for exported models, with the
   tensorflow-text ops registered (the stock `saved_model_cli run` cannot).
+- `pretrain`: BERT's masked language model on a text file or chatbot CSV.
+- `classify`: train a text classifier (from a pretrained encoder or a fresh
+  one) on `text<TAB>label` lines or a chatbot CSV's `label` column; or, with
+  `--model`, classify texts.
 
-The training flags are generated from `keras_transformer.config.TrainConfig`.
+The training flags are generated from `keras_transformer.config`'s
+`TrainConfig`, `PretrainConfig` and `ClassifyConfig`.
 Messages and progress go to stderr (Keras' training bars to stdout, except in
 `chat` and `translate`, whose stdout holds answers only). A user mistake (a
 bad flag value, a missing or malformed file) ends with one line on stderr and
@@ -28,7 +34,7 @@ import sys
 import time
 import traceback
 
-from keras_transformer.config import TrainConfig
+from keras_transformer.config import ClassifyConfig, PretrainConfig, TrainConfig
 from keras_transformer.errors import InputError
 
 # How `chat` decodes unless told otherwise: the best on ChatbotData's
@@ -52,13 +58,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config_flags(parser, defaults, skip=()):
-    """One flag per `TrainConfig` field; a flag left out keeps `defaults`' value.
+    """One flag per field of `defaults`' config class (`TrainConfig`, ...); a
+    flag left out keeps `defaults`' value.
 
     The parsed namespace holds only the flags given on the command line
     (`argparse.SUPPRESS`), so `_train_config` knows what the user chose.
     """
     groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
-    for field in dataclasses.fields(TrainConfig):
+    for field in dataclasses.fields(defaults):
         if field.name in skip:
             continue
         meta, default = field.metadata, getattr(defaults, field.name)
@@ -77,7 +84,7 @@ def _config_flags(parser, defaults, skip=()):
 
 def _train_config(args, defaults):
     """`defaults` with the flags given on the command line."""
-    given = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainConfig)
+    given = {field.name: getattr(args, field.name) for field in dataclasses.fields(defaults)
              if hasattr(args, field.name)}
     return dataclasses.replace(defaults, **given)
 
@@ -159,6 +166,51 @@ def train_command(args):
     with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
         result = train(pairs, args.out, valid, config)
     print(json.dumps(result.metrics))
+    return 0
+
+
+def pretrain_command(args):
+    from keras_transformer.classification import pretrain
+    from keras_transformer.data.files import load_texts
+
+    config = _train_config(args, PretrainConfig())
+    texts = load_texts(args.data, args.format)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
+        result = pretrain(texts, args.out, config=config)
+    print(json.dumps(result.metrics))
+    return 0
+
+
+def classify(args):
+    """Fine-tune with `--data` and `--out`; predict with `--model`."""
+    if args.model:
+        from keras_transformer.classification import TextClassifier
+
+        if args.data or args.out or args.pretrained:
+            raise InputError("classify: --model predicts; --data, --out and --pretrained "
+                             "train (give one or the other)")
+        if not os.path.isdir(args.model):
+            raise InputError(f"{args.model}: no such model directory")
+        classifier = TextClassifier.load(args.model)
+        texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+        for text, probabilities in zip(texts, classifier.predict_proba(texts)):
+            best = int(probabilities.argmax())
+            print(f"{classifier.labels[best]}\t{probabilities[best]:.3f}\t{text}", flush=True)
+        return 0
+    if not (args.data and args.out):
+        raise InputError("classify: give --data and --out to train, or --model to predict")
+    if args.text:
+        raise InputError("classify: TEXT arguments are for --model (prediction)")
+    from keras_transformer.classification import fine_tune
+    from keras_transformer.data.files import load_labeled
+
+    config = _train_config(args, ClassifyConfig())
+    examples = load_labeled(args.data, args.format)
+    if args.pretrained and not os.path.isdir(args.pretrained):
+        raise InputError(f"{args.pretrained}: no such pretrained model directory")
+    with contextlib.redirect_stdout(sys.stderr):  # stdout: the JSON line only.
+        result = fine_tune(examples, args.out, pretrained=args.pretrained, config=config)
+    print(json.dumps(result.metrics, ensure_ascii=False))
     return 0
 
 
@@ -291,6 +343,37 @@ def build_parser():
     _config_flags(train_parser, TrainConfig(), skip=("shared_vocabulary",))
     train_parser.set_defaults(run=train_command)
 
+    pretrain_parser = commands.add_parser(
+        "pretrain", help="pretrain BERT's encoder (masked LM) on your texts",
+        description="Pretrain an encoder with BERT's masked language model on a text file "
+        "(one text per line) or a chatbot CSV (its questions and answers). Re-run the same "
+        "command to resume an interrupted run.",
+    )
+    pretrain_parser.add_argument("--data", required=True, help="training file")
+    pretrain_parser.add_argument("--format", required=True, choices=("text", "chatbot"))
+    pretrain_parser.add_argument("--out", required=True, help="output directory")
+    _config_flags(pretrain_parser, PretrainConfig())
+    pretrain_parser.set_defaults(run=pretrain_command)
+
+    classify_parser = commands.add_parser(
+        "classify", help="train a text classifier (optionally from a pretrained encoder), "
+        "or classify texts",
+        description="Train: --data FILE --format tsv|chatbot --out DIR [--pretrained DIR] "
+        "(tsv: text<TAB>label lines; chatbot: a CSV's Q and label columns). Predict: --model "
+        "DIR [TEXT ...] (texts from stdin when none): one 'label<TAB>probability<TAB>text' "
+        "line each. Re-run a training to resume it.",
+    )
+    classify_parser.add_argument("text", nargs="*", metavar="TEXT")
+    classify_parser.add_argument("--model", help="classifier directory (predict)")
+    classify_parser.add_argument("--data", help="training file")
+    classify_parser.add_argument("--format", choices=("tsv", "chatbot"), default="tsv",
+                                 help="(default: %(default)s)")
+    classify_parser.add_argument("--out", help="output directory")
+    classify_parser.add_argument("--pretrained", help="directory written by pretrain "
+                                 "(default: train a fresh encoder)")
+    _config_flags(classify_parser, ClassifyConfig())
+    classify_parser.set_defaults(run=classify)
+
     # The commands that use a trained model directory, and how each decodes by default.
     for name, run, help_text, method in (
         ("chat", chat, "answer lines with a trained model", CHAT_METHOD),
@@ -336,7 +419,9 @@ def main(argv=None):
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        hint = " (run the same command again to resume)" if args.command == "train" else ""
+        resumable = args.command in ("train", "pretrain") or (
+            args.command == "classify" and not args.model)
+        hint = " (run the same command again to resume)" if resumable else ""
         print(f"{parser.prog} {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception:  # anything else is ours to fix
