@@ -140,7 +140,9 @@ class _EncoderConfig:
     (`benchmarks/bench_classify.py`, `benchmarks/RESULTS.md`): a 4,000-token
     vocabulary instead of 8,000 together with a fine-tuning peak of 2e-4
     instead of 1e-3 gave about 3 points of accuracy, from scratch and
-    pretrained alike.
+    pretrained alike; d_model 128 and dff 512 instead of 256 and 1024 the
+    same accuracy from scratch in half the time, and 2.5 times the masked-LM
+    epochs in the same time.
     """
 
     tokenizer: str = _option("wordpiece", "wordpiece (sub-words), word or char", "text",
@@ -151,9 +153,9 @@ class _EncoderConfig:
     max_length: int = _option(32, "maximum_position_encoding: tokens per input, [CLS] and "
                               "[SEP] included; longer texts are cut", "text", int)
     num_layers: int = _option(2, "encoder layers", "model", int)
-    d_model: int = _option(256, "model width", "model", int)
+    d_model: int = _option(128, "model width", "model", int)
     num_heads: int = _option(4, "attention heads", "model", int)
-    dff: int = _option(1024, "inner width of the feed-forward networks", "model", int)
+    dff: int = _option(512, "inner width of the feed-forward networks", "model", int)
     rate: float = _option(0.1, "dropout rate", "model", float)
     batch_size: int = _option(64, "texts per step", "training", int)
     epochs: int = _option(100, "most epochs", "training", int)
