@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from conftest import AtBatch
 from keras_transformer import cli
 from keras_transformer.classification import (
     TextClassifier,
@@ -199,6 +200,26 @@ def test_fine_tuning_starts_from_the_pretrained_weights(pretrained_dir, tmp_path
     assert any(not np.allclose(a, b) for a, b in zip(after, pretrained))
     config = json.loads((tmp_path / "clf" / "config.json").read_text())
     assert config["pretrained"] == str(pretrained_dir)
+
+
+def test_an_interrupted_fine_tuning_resumes_where_it_stopped(tmp_path):
+    out = str(tmp_path / "clf")
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fine_tune(toy_examples(64), out, epochs=3, callbacks=[AtBatch(2, 0, interrupt)], **TINY)
+    assert os.path.isdir(os.path.join(out, "backup"))
+    started = {}
+
+    class FirstEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            started.setdefault("epoch", epoch)
+
+    result = fine_tune(toy_examples(64), out, epochs=3, callbacks=[FirstEpoch()], **TINY)
+    assert started["epoch"] == 2  # epochs 0 and 1 were done and backed up
+    assert result.metrics["epochs"] == 3 and not os.path.isdir(os.path.join(out, "backup"))
 
 
 def run_cli(args, capsys):
