@@ -67,7 +67,7 @@ def pack_inputs(first, second=None, *, cls_id, sep_id, pad_id=0, max_length):
 
 
 def mask_tokens(token_ids, *, mask_id, vocab_size, special_ids, pad_id=0, rate=MASK_RATE,
-                seed=None):
+                seed=None, rng=None):
     """BERT's masking: choose `rate` of the real tokens, then [MASK] 80% of them,
     a random token 10%, leave 10% as they are.
 
@@ -84,6 +84,8 @@ def mask_tokens(token_ids, *, mask_id, vocab_size, special_ids, pad_id=0, rate=M
             them: `masked_loss` skips `<PAD>` targets). Defaults to `0`.
         rate: float in (0, 1). Share of real tokens chosen. Defaults to `0.15`.
         seed: int. Op seed of the random draws. Defaults to `None`.
+        rng: a `tf.random.Generator` to draw from instead (its state moves
+            on with every call, also inside `tf.data`). Defaults to `None`.
 
     Returns:
         `(inputs, labels)`, int32 like `token_ids`: the masked ids, and the
@@ -96,12 +98,17 @@ def mask_tokens(token_ids, *, mask_id, vocab_size, special_ids, pad_id=0, rate=M
     allowed = tf.constant([i for i in range(vocab_size) if i not in special_ids], tf.int32)
     shape = tf.shape(token_ids)
     is_special = tf.reduce_any(token_ids[..., tf.newaxis] == special, axis=-1)
-    chosen = (tf.random.uniform(shape, seed=seed) < rate) & ~is_special
-    fate = tf.random.uniform(shape, seed=None if seed is None else seed + 1)
+
+    def uniform(offset, *args):
+        if rng is not None:
+            return rng.uniform(shape, *args)
+        return tf.random.uniform(shape, *args, seed=None if seed is None else seed + offset)
+
+    chosen = (uniform(0) < rate) & ~is_special
+    fate = uniform(1)
     to_mask = chosen & (fate < MASK_SHARES[0])
     to_random = chosen & (fate >= MASK_SHARES[0]) & (fate < MASK_SHARES[0] + MASK_SHARES[1])
-    draws = tf.random.uniform(shape, 0, tf.size(allowed), tf.int32,
-                              seed=None if seed is None else seed + 2)
+    draws = uniform(2, 0, tf.size(allowed), tf.int32)
     inputs = tf.where(to_mask, mask_id, tf.where(to_random, tf.gather(allowed, draws),
                                                  token_ids))
     labels = tf.where(chosen, token_ids, pad_id)
@@ -118,9 +125,11 @@ def mlm_dataset(texts, tokenizer, max_length, batch_size, rate=MASK_RATE, shuffl
                 seed=0):
     """Texts -> batches `(inputs, labels)` for `MaskedLanguageModel.fit`.
 
-    Each text is one segment, `[CLS] text [SEP]`; the masking is drawn anew
-    every time a batch is made (BERT's dynamic masking, as in RoBERTa), so
-    every epoch masks other tokens. `inputs` is a dict: `token_ids` and
+    Each text is one segment, `[CLS] text [SEP]`. With `shuffle=True` (for
+    training) the masking is drawn anew every time a batch is made, from a
+    generator seeded with `seed` (RoBERTa's dynamic masking), so every epoch
+    masks other tokens; without it (for validation) every pass over the data
+    masks the same tokens, so that validation losses compare. `inputs` is a dict: `token_ids` and
     `segment_ids` `(B, S)` and `masked_positions` `(B, P)`, the chosen
     positions (`P = max_predictions(max_length, rate)`, the rare extra ones
     left unpredicted, padding pointing at position 0); `labels` `(B, P)` are
@@ -129,11 +138,12 @@ def mlm_dataset(texts, tokenizer, max_length, batch_size, rate=MASK_RATE, shuffl
     _need_encoder_tokens(tokenizer)
     special = tokenizer.control_ids + (tokenizer.unk_id,)
     width = max_predictions(max_length, rate)
+    rng = tf.random.Generator.from_seed(seed) if shuffle else None
 
     def mask(ids, segments):
         inputs, labels = mask_tokens(ids, mask_id=tokenizer.mask_id,
                                      vocab_size=tokenizer.vocab_size, special_ids=special,
-                                     pad_id=tokenizer.pad_id, rate=rate)
+                                     pad_id=tokenizer.pad_id, rate=rate, seed=seed, rng=rng)
         chosen = labels != tokenizer.pad_id
         positions = tf.broadcast_to(tf.range(tf.shape(ids)[1]), tf.shape(ids))
         positions = tf.ragged.boolean_mask(positions, chosen)[:, :width]
