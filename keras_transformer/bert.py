@@ -51,9 +51,6 @@ def _split_inputs(inputs):
     """`ids`, `(ids, segment_ids)` or `{"token_ids", "segment_ids"}` -> the two."""
     if isinstance(inputs, dict):
         return inputs["token_ids"], inputs.get("segment_ids")
-    if isinstance(inputs, (tuple, list)) and inputs and not isinstance(inputs[0], (tuple, list)) \
-            and not tf.is_tensor(inputs[0]) and not hasattr(inputs[0], "shape"):
-        return inputs, None  # a shape, e.g. (B, S)
     if isinstance(inputs, (tuple, list)):
         if len(inputs) != 2:
             raise ValueError(
@@ -62,6 +59,15 @@ def _split_inputs(inputs):
             )
         return inputs[0], inputs[1]
     return inputs, None
+
+
+def _ids_shape(input_shape):
+    """The token ids' shape `(B, S)` out of what `build` receives for the inputs."""
+    if isinstance(input_shape, dict):
+        return input_shape["token_ids"]
+    if isinstance(input_shape[0], (tuple, list)):  # (ids_shape, segment_ids_shape)
+        return input_shape[0]
+    return input_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -122,7 +128,7 @@ class MaskedLanguageModel(keras.Model):
         self.mlm_layernorm = layer_norm(self.dtype_policy, "mlm_layernorm")
 
     def build(self, input_shape):
-        ids_shape = _split_inputs(input_shape)[0]
+        ids_shape = _ids_shape(input_shape)
         self.encoder.build(ids_shape)
         hidden = (*ids_shape, self.encoder.d_model)
         self.mlm_dense.build(hidden)
@@ -205,7 +211,7 @@ class SequenceClassifier(keras.Model):
                                              name="classifier")
 
     def build(self, input_shape):
-        ids_shape = _split_inputs(input_shape)[0]
+        ids_shape = _ids_shape(input_shape)
         if not self.encoder.built:
             self.encoder.build(ids_shape)
         self.classifier.build((ids_shape[0], self.encoder.d_model))
