@@ -55,3 +55,23 @@ def test_application_names_load_on_first_use():
                  "export_saved_model"):
         assert getattr(kt, name).__name__ == name
         assert name in dir(kt) and name in kt.__all__
+
+
+def test_notebooks_install_themselves_are_stored_clean_and_listed():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    notebooks = sorted(name for name in os.listdir(os.path.join(root, "notebooks"))
+                       if name.endswith(".ipynb"))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert len(notebooks) >= 8
+    for name in notebooks:
+        with open(os.path.join(root, "notebooks", name), encoding="utf-8") as f:
+            cells = json.load(f)["cells"]
+        code = [cell for cell in cells if cell["cell_type"] == "code"]
+        source = "".join("".join(cell["source"]) for cell in cells)
+        assert all(not cell["outputs"] and cell["execution_count"] is None for cell in code), name
+        assert 'find_spec("keras_transformer") is None' in "".join(code[0]["source"]), name
+        assert 'print("all checks passed")' in "".join(code[-1]["source"]), name
+        # no machine paths: 06 once built dirname(sys.executable)/saved_model_cli
+        assert not any(path in source for path in ("/work/", "/home/", "dirname(sys.executable)"))
+        assert f"(notebooks/{name})" in readme, f"{name} is not in the README's table"
