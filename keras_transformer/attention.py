@@ -76,9 +76,10 @@ class MultiHeadAttention(keras.layers.Layer):
         cache: dict `{"key", "value"}` of `(B, num_heads, L, depth)` tensors,
             or `None`. With `cache_index=None` it holds precomputed keys and
             values (cross-attention; `k` and `v` are ignored, see
-            `compute_key_value`); with `cache_index` this step's keys and
-            values are written into it at `cache_index` (self-attention during
-            decoding, see `init_cache`). Defaults to `None`.
+            `compute_key_value`); with `cache_index` (self-attention during
+            decoding, from `init_cache`) `q` is one token `(B, 1, d_model)`,
+            `k` and `v` are ignored, and the token's key and value are
+            written into it at `cache_index`. Defaults to `None`.
         cache_index: scalar int tensor or `None`. Position to write in `cache`.
 
     Returns:
@@ -130,30 +131,44 @@ class MultiHeadAttention(keras.layers.Layer):
         }
 
     def init_cache(self, batch_size, max_length):
-        """An empty self-attention cache of `max_length` positions."""
+        """An empty self-attention cache of `max_length` positions.
+
+        Returns:
+            dict: `"key"` and `"value"` `(B, H, L, depth)` zeros, and the
+            query, key and value projections joined into one (`"kernel"`
+            `(d_model, 3 * d_model)`, `"bias"` `(3 * d_model,)`), so that a
+            decoding step projects its token with one matrix product, not three.
+        """
         shape = (batch_size, self.num_heads, max_length, self.depth)  # (B, H, L, depth)
+        denses = (self.wq, self.wk, self.wv)
         return {
             "key": tf.zeros(shape, self.compute_dtype),
             "value": tf.zeros(shape, self.compute_dtype),
+            "kernel": tf.cast(tf.concat([d.kernel for d in denses], 1), self.compute_dtype),
+            "bias": tf.cast(tf.concat([d.bias for d in denses], 0), self.compute_dtype),
         }
 
     def call(self, v, k, q, mask=None, cache=None, cache_index=None):
         batch_size = tf.shape(q)[0]
-        q = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
-        if cache is None:
-            k = self.split_heads(self.wk(k), batch_size)  # (B, H, Tk, depth)
-            v = self.split_heads(self.wv(v), batch_size)  # (B, H, Tk, depth)
-        elif cache_index is None:
-            k, v = cache["key"], cache["value"]  # (B, H, Tk, depth)
-        else:
+        if cache is not None and cache_index is not None:
+            # One decoding step: the joined projection, then the new key and
+            # value written into the cache at `cache_index`.
+            qkv = tf.matmul(q[:, 0], cache["kernel"]) + cache["bias"]  # (B, 3 * d_model)
+            qkv = tf.reshape(qkv, (batch_size, 3, self.num_heads, 1, self.depth))
             start = [0, 0, cache_index, 0]
-            k = keras.ops.slice_update(
-                cache["key"], start, self.split_heads(self.wk(k), batch_size)
-            )  # (B, H, L, depth)
-            v = keras.ops.slice_update(
-                cache["value"], start, self.split_heads(self.wv(v), batch_size)
-            )  # (B, H, L, depth)
-            cache = {"key": k, "value": v}
+            cache = {
+                **cache,
+                "key": keras.ops.slice_update(cache["key"], start, qkv[:, 1]),
+                "value": keras.ops.slice_update(cache["value"], start, qkv[:, 2]),
+            }  # (B, H, L, depth) each
+            q, k, v = qkv[:, 0], cache["key"], cache["value"]  # q (B, H, 1, depth)
+        else:
+            q = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
+            if cache is None:
+                k = self.split_heads(self.wk(k), batch_size)  # (B, H, Tk, depth)
+                v = self.split_heads(self.wv(v), batch_size)  # (B, H, Tk, depth)
+            else:
+                k, v = cache["key"], cache["value"]  # (B, H, Tk, depth)
 
         scaled_attention, attention_weights = scaled_dot_product_attention(q, k, v, mask)
         scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])  # (B, Tq, H, depth)

@@ -6,6 +6,7 @@ one-sentence `inference`.
 import random
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _config, generation
@@ -24,7 +25,8 @@ MMI_WEIGHT = 0.1
 
 def check_generate_options(method="greedy", beam_size=4, temperature=1.0, top_k=0, top_p=1.0,
                            mmi_weight=MMI_WEIGHT, num_return_sequences=1,
-                           return_attention_weights=False, use_cache=True, **ignored):
+                           return_attention_weights=False, use_cache=True, jit_compile="auto",
+                           **ignored):
     """Validates the decoding options of `Transformer.generate` (see there).
 
     Raises:
@@ -63,11 +65,32 @@ def check_generate_options(method="greedy", beam_size=4, temperature=1.0, top_k=
             "Received an invalid value for argument `mmi_weight`, expected a float "
             f">= 0. Received: mmi_weight={mmi_weight!r}"
         )
+    if jit_compile not in (True, False, "auto") or (jit_compile is True and method == "sample"):
+        raise ValueError(
+            "Received an invalid value for argument `jit_compile`, expected True, False "
+            "or 'auto' (XLA cannot compile the random draw of method='sample'). "
+            f"Received: jit_compile={jit_compile!r}, method={method!r}"
+        )
     if not use_cache and method in BEAM_METHODS:
         raise ValueError(
             "Received an invalid value for argument `use_cache`: beam search "
             f"always uses the cache. Received: use_cache=False, method={method!r}"
         )
+
+
+def _map_cache_rows(cache, fn, cross=True):
+    """Applies `fn` to the per-row tensors of a `Decoder.init_cache` cache:
+    the self-attention keys and values, and the cross-attention ones when
+    `cross`; the joined projections (`"kernel"`, `"bias"`) are shared by all
+    rows and kept as they are."""
+    return [
+        {
+            "self": {**layer["self"], "key": fn(layer["self"]["key"]),
+                     "value": fn(layer["self"]["value"])},
+            "cross": tf.nest.map_structure(fn, layer["cross"]) if cross else layer["cross"],
+        }
+        for layer in cache
+    ]
 
 
 class _TiedOutputProjection(keras.layers.Layer):
@@ -237,12 +260,10 @@ class Transformer(MultiWorkerFit, keras.Model):
         """float32 logits `(..., V)` with `<PAD>` and `<SOS>` at -inf: they are
         never generated (a `<PAD>` inside an output could not be told from the
         padding after `<END>`)."""
-        banned = {self.pad_token_idx, self.start_token_idx} - {self.end_token_idx}
-        blocked = tf.reduce_any(
-            tf.one_hot(sorted(banned), self.target_vocab_size, on_value=True, off_value=False),
-            axis=0,
-        )  # (V,)
-        return tf.where(blocked, -float("inf"), tf.cast(logits, tf.float32))
+        banned = sorted({self.pad_token_idx, self.start_token_idx} - {self.end_token_idx})
+        penalty = np.zeros(self.target_vocab_size, np.float32)
+        penalty[banned] = -np.inf  # a constant: nothing is recomputed per step
+        return tf.cast(logits, tf.float32) + penalty
 
     def _unconditional_log_probs(self, tokens, src_len):
         """log p(T | empty source) of generated rows `tokens` `(N, L)`.
@@ -284,7 +305,7 @@ class Transformer(MultiWorkerFit, keras.Model):
         top_p=1.0,
         seed=None,
         return_attention_weights=False,
-        jit_compile=False,
+        jit_compile="auto",
         use_cache=True,
         num_return_sequences=1,
         mmi_weight=MMI_WEIGHT,
@@ -316,7 +337,13 @@ class Transformer(MultiWorkerFit, keras.Model):
             return_attention_weights: bool. `"greedy"` only: also return a dict
                 `{"decoder_layer{i}_block2": (B, heads, n, S)}` of the
                 cross-attention of every generated step.
-            jit_compile: bool. Compile the loop with XLA. Defaults to `False`.
+            jit_compile: bool or `"auto"`. `True` compiles the loop with XLA:
+                one compilation per input shape (about 2 s on 2 CPU cores for
+                the tutorial's model), then faster per token than TensorFlow's
+                graph (`benchmarks/bench_decode_peers.py`). `False` runs the
+                loop as a TensorFlow graph. `"auto"` is `True` except for
+                `"sample"`, whose random draw XLA does not compile. Defaults
+                to `"auto"`.
             use_cache: bool. Decode with the key/value cache; `False`
                 re-runs the decoder over the whole prefix at every step (slow;
                 `"greedy"` and `"sample"` only). Defaults to `True`.
@@ -354,6 +381,7 @@ class Transformer(MultiWorkerFit, keras.Model):
             method=method, beam_size=beam_size, temperature=temperature, top_k=top_k, top_p=top_p,
             mmi_weight=mmi_weight, num_return_sequences=num_return_sequences,
             return_attention_weights=return_attention_weights, use_cache=use_cache,
+            jit_compile=jit_compile,
         )
         inp = tf.convert_to_tensor(inp)
         if inp.shape.rank != 2 or not inp.dtype.is_integer:
@@ -369,6 +397,8 @@ class Transformer(MultiWorkerFit, keras.Model):
             self.build((inp.shape, (inp.shape[0], max_length)))
         if seed is None:
             seed = random.randrange(2**31)
+        if jit_compile == "auto":
+            jit_compile = method != "sample"
 
         # The options fixed in the compiled loop; the others are its tensor arguments.
         options = dict(
@@ -447,7 +477,7 @@ class Transformer(MultiWorkerFit, keras.Model):
         if use_cache:
             step, state = cached_step, self.decoder.init_cache(enc_output, max_length)
             if method in BEAM_METHODS:  # encoder keys and values are projected once per source
-                state = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), state)
+                state = _map_cache_rows(state, lambda t: tf.repeat(t, beam_size, axis=0))
         else:
             prefix = tf.fill((batch_size, max_length), self.pad_token_idx)
             step, state = recompute_step, prefix
@@ -460,13 +490,7 @@ class Transformer(MultiWorkerFit, keras.Model):
         if method in BEAM_METHODS:
 
             def gather_cache(cache, rows):
-                return [
-                    {
-                        "self": {name: tf.gather(t, rows) for name, t in layer["self"].items()},
-                        "cross": layer["cross"],
-                    }
-                    for layer in cache
-                ]
+                return _map_cache_rows(cache, lambda t: tf.gather(t, rows), cross=False)
 
             tokens, log_probs, n = generation.beam_search(
                 step,

@@ -143,8 +143,13 @@ def test_export_replaces_an_old_model_and_leaves_it_on_failure(trained, tmp_path
         export_saved_model(*args)
     assert sorted(os.listdir(tmp_path)) == ["model"]  # no half-written directory left
     monkeypatch.undo()
+    # The surviving export decodes with beam search exactly as `generate` does.
     served = tf.saved_model.load(path)
-    assert served.translate(tf.constant(["Minsu reads."]))["text"].shape == (1,)
+    texts = INPUTS[:2] + ["Minsu reads.", "The teacher reads a book in the park."]
+    np.testing.assert_array_equal(
+        served.translate(tf.constant(texts))["token_ids"].numpy(),
+        translator.generate_ids(texts, method="beam", beam_size=2),
+    )
 
 
 def test_cli_export(trained, tmp_path, capsys):

@@ -154,13 +154,17 @@ def test_generation_is_traced_once_per_input_shape_and_method(random_model):
     assert decode.experimental_get_tracing_count() == 2
 
 
-def test_generate_with_xla_equals_generate(trained_model):
-    inp = reverse_task(17, seed=12)[0]
-    for method in ("greedy", "beam"):
-        np.testing.assert_array_equal(
-            trained_model.generate(inp, method=method, jit_compile=True).numpy(),
-            trained_model.generate(inp, method=method).numpy(),
-        )
+@pytest.mark.parametrize("batch", [1, 3, 17])
+def test_default_xla_decoding_equals_the_tensorflow_graph(random_model, trained_model, batch):
+    # The default (XLA, joined q/k/v projection, constant special-token ban)
+    # against `jit_compile=False`, on mixed source lengths.
+    for model, inp in ((random_model, mixed_length_sources(batch, seed=20 + batch)),
+                       (trained_model, reverse_task(batch, seed=30 + batch)[0])):
+        for method in ("greedy", "beam", "mmi"):
+            np.testing.assert_array_equal(
+                model.generate(inp, method=method).numpy(),
+                model.generate(inp, method=method, jit_compile=False).numpy(),
+            )
 
 
 @pytest.mark.parametrize("name", ["mixed_float16", "mixed_bfloat16"])
@@ -217,6 +221,8 @@ def test_inference_is_the_tutorials_list_of_ids(trained_model):
         ({"top_k": -1, "method": "sample"}, "top_k"),
         ({"return_attention_weights": True, "method": "beam"}, "return_attention_weights"),
         ({"use_cache": False, "method": "beam"}, "use_cache"),
+        ({"jit_compile": True, "method": "sample"}, "jit_compile"),
+        ({"jit_compile": "yes"}, "jit_compile"),
     ],
 )
 def test_generate_rejects_bad_arguments(random_model, kwargs, arg):
