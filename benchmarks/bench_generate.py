@@ -9,9 +9,10 @@ Measured side by side in one run:
   (a) the tutorial's algorithm: an eager Python loop that re-runs the whole
       model on the growing prefix for every token, with `.numpy()` inside,
       one sentence at a time;
-  (b) `generate(use_cache=False)`: one compiled loop, full recomputation;
-  (c) `generate()`: compiled loop with the key/value cache;
-  (d) `generate(jit_compile=True)`: (c) compiled with XLA;
+  (b) `generate(use_cache=False, jit_compile=False)`: one compiled loop (a
+      TensorFlow graph), full recomputation;
+  (c) `generate(jit_compile=False)`: the graph loop with the key/value cache;
+  (d) `generate()`: (c) compiled with XLA, the default since 2026-11-23;
 plus beam search (4 beams) against greedy, and 96 against 24 new tokens with
 `maximum_position_encoding=128`.
 
@@ -21,7 +22,7 @@ Usage: python benchmarks/bench_generate.py [--repeats 3]
 import argparse
 import os
 import platform
-import time
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -30,6 +31,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_decode_peers import best_seconds  # noqa: E402
 
 VOCAB, SRC_LEN, NEW_TOKENS = 8000, 25, 24
 
@@ -61,16 +65,6 @@ def tutorial_inference(model, inp, new_tokens):
     return predict_tokens
 
 
-def best_seconds(fn, repeats):
-    fn()  # trace / compile / warm up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def sources(batch, seed=0):
     rng = np.random.default_rng(seed)
     return tf.constant(rng.integers(4, VOCAB, (batch, SRC_LEN)), tf.int32)
@@ -99,9 +93,9 @@ def main():
     seconds = best_seconds(lambda: tutorial_inference(model, one, NEW_TOKENS), reps)
     report("(a) tutorial: eager, recompute", 1, seconds)
     methods = {
-        "(b) compiled, no cache": dict(use_cache=False),
-        "(c) compiled, cache": dict(),
-        "(d) compiled, cache, XLA": dict(jit_compile=True),
+        "(b) compiled, no cache": dict(use_cache=False, jit_compile=False),
+        "(c) compiled, cache": dict(jit_compile=False),
+        "(d) compiled, cache, XLA": dict(),
     }
     for batch in (1, 64):
         inp = sources(batch)
@@ -111,14 +105,17 @@ def main():
             )
             report(name, batch, seconds)
         seconds = best_seconds(
-            lambda: model.generate(inp, max_length=NEW_TOKENS, method="beam").numpy(), reps
+            lambda: model.generate(inp, max_length=NEW_TOKENS, method="beam",
+                                   jit_compile=False).numpy(), reps
         )
         report("(c) beam search, 4 beams", batch, seconds)
 
     long_model = build_model(maximum_position_encoding=128)
     inp = sources(1)
-    short = best_seconds(lambda: long_model.generate(inp, max_length=24).numpy(), reps)
-    long = best_seconds(lambda: long_model.generate(inp, max_length=96).numpy(), reps)
+    short = best_seconds(
+        lambda: long_model.generate(inp, max_length=24, jit_compile=False).numpy(), reps)
+    long = best_seconds(
+        lambda: long_model.generate(inp, max_length=96, jit_compile=False).numpy(), reps)
 
     tutorial = rows[("(a) tutorial: eager, recompute", 1)]
     print()
