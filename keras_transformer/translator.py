@@ -82,6 +82,16 @@ class Translator:
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
+        # Tokenizing eagerly runs about 170 small ops per request; compiled,
+        # a one-sentence request took 3.7 ms instead of 27 (bench_export.py).
+        self._encode = tf.function(
+            lambda strings: padded_sources(strings, source_tokenizer, self.max_length),
+            input_signature=[tf.TensorSpec([None], tf.string)], autograph=False,
+        )
+        self._detokenize = tf.function(
+            target_tokenizer.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)],
+            autograph=False,
+        )
 
     @property
     def max_length(self):
@@ -90,8 +100,7 @@ class Translator:
 
     def encode(self, texts):
         """Strings -> int32 ids `(B, max_length)`, cut to `max_length` and padded."""
-        return padded_sources(tf.constant(list(texts), dtype=tf.string), self.source_tokenizer,
-                              self.max_length)
+        return self._encode(tf.constant(list(texts), dtype=tf.string))
 
     def generate_ids(self, texts, batch_size=64, verbose=0, **generate_kwargs):
         """Strings -> int32 output ids `(B, n)` from `Transformer.generate`.
@@ -135,7 +144,7 @@ class Translator:
             return []
         ids = self.generate_ids(texts, batch_size=batch_size, verbose=verbose,
                                 **generate_kwargs)
-        strings = [text.decode("utf-8") for text in self.target_tokenizer.detokenize(ids).numpy()]
+        strings = [text.decode("utf-8") for text in self._detokenize(ids).numpy()]
         return strings[0] if single else strings
 
     def attention(self, text, layer=-1):

@@ -1,0 +1,75 @@
+"""The exported SavedModel on the demo's model: exact, and its speed per request.
+
+    python -m keras_transformer demo --out keras_transformer_demo
+    python benchmarks/bench_export.py keras_transformer_demo [--requests 100]
+
+Exports the demo's model (greedy, and beam 4) with `export_saved_model`,
+loads each with `tf.saved_model.load` and checks that its tokens equal
+`Translator.generate_ids` (that is, `generate`) on every sentence of the demo's
+test split (1,000 sentences, decoded in batches of 64). Then times requests of
+one sentence, one after another, through the SavedModel and through
+`Translator.translate`: the median and 90th percentile in ms.
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import Translator, export_saved_model  # noqa: E402
+from keras_transformer.cli import DEMO_CONFIG, DEMO_SIZES  # noqa: E402
+from keras_transformer.data.corpus import english_korean_corpus  # noqa: E402
+
+METHODS = {"greedy": {}, "beam": {"method": "beam", "beam_size": 4}}
+
+
+def latency_ms(fn, texts):
+    fn(texts[0])  # compile
+    times = []
+    for text in texts:
+        start = time.perf_counter()
+        fn(text)
+        times.append((time.perf_counter() - start) * 1e3)
+    return np.median(times), np.percentile(times, 90)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model", help="the directory `keras_transformer demo --out` wrote")
+    parser.add_argument("--requests", type=int, default=100)
+    args = parser.parse_args(argv)
+    translator = Translator.load(args.model)
+    test = [source for source, _ in
+            english_korean_corpus(seed=DEMO_CONFIG.seed, **DEMO_SIZES)["test"]]
+    print(f"demo model {args.model}, test split of {len(test)} sentences")
+    print("| decoding | tokens equal to generate's | SavedModel ms/request (median, p90) "
+          "| Translator.translate ms/request (median, p90) |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, options in METHODS.items():
+            path = export_saved_model(translator.model, translator.source_tokenizer,
+                                      translator.target_tokenizer, os.path.join(tmp, name),
+                                      **options)
+            served = tf.saved_model.load(path)
+            expected = translator.generate_ids(test, **options)
+            equal = 0
+            for i in range(0, len(test), 64):
+                got = served.translate(tf.constant(test[i : i + 64]))["token_ids"].numpy()
+                want = expected[i : i + 64]
+                width = max(got.shape[1], want.shape[1])
+                got, want = (np.pad(t, [(0, 0), (0, width - t.shape[1])]) for t in (got, want))
+                equal += int((got == want).all(axis=1).sum())
+            requests = test[: args.requests]
+            saved = latency_ms(lambda text: served.translate(tf.constant([text])), requests)
+            ours = latency_ms(lambda text: translator.translate(text, **options), requests)
+            print(f"| {name} | {equal} / {len(test)} | {saved[0]:.1f}, {saved[1]:.1f} | "
+                  f"{ours[0]:.1f}, {ours[1]:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
