@@ -338,7 +338,7 @@ class Transformer(MultiWorkerFit, keras.Model):
                 `{"decoder_layer{i}_block2": (B, heads, n, S)}` of the
                 cross-attention of every generated step.
             jit_compile: bool or `"auto"`. `True` compiles the loop with XLA:
-                one compilation per input shape (about 2 s on 2 CPU cores for
+                one compilation per input shape (2-3 s on 2 CPU cores for
                 the tutorial's model), then faster per token than TensorFlow's
                 graph (`benchmarks/bench_decode_peers.py`). `False` runs the
                 loop as a TensorFlow graph. `"auto"` is `True` except for
