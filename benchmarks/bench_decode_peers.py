@@ -10,7 +10,8 @@ implementation stops early or differs on special tokens), fp32, 2 threads
 each. Every implementation runs in its own process:
 
 - `ours`: `Transformer.generate` with default arguments (XLA), and with
-  `jit_compile=False` (a TensorFlow graph);
+  `jit_compile=False` (a TensorFlow graph); both again on `serving_copy("bfloat16")`
+  (weights stored in bfloat16; its share of rows equal to float32's is printed);
 - `savedmodel`: our model exported with `export_saved_model` (greedy, and
   beam 4), loaded with `tf.saved_model.load` and called on strings (a word
   tokenizer whose ids are the model's); its tokens are asserted equal to ours;
@@ -116,7 +117,9 @@ def worker_ours(model_path, variant, sentences, repeats):
 
     tf.config.threading.set_intra_op_parallelism_threads(THREADS)
     model = load_ours(model_path)
-    options = {"default": {}, "graph": {"jit_compile": False}}[variant]
+    if variant.startswith("bf16"):
+        model = model.serving_copy("bfloat16")
+    options = {"jit_compile": False} if variant.endswith("graph") else {}
 
     def decode(ids, method):
         return model.generate(ids, max_length=NEW_TOKENS, method=method, beam_size=BEAM,
@@ -321,7 +324,7 @@ def main(argv=None):
         model_path = os.path.join(tmp, "model.keras")
         run_worker(["build", model_path])
         rows = {}
-        for variant in ("default", "graph"):
+        for variant in ("default", "graph", "bf16", "bf16 graph"):
             rows[f"ours ({variant})"] = run_worker(["ours", model_path, variant])
             print(f"ours ({variant}): {rows[f'ours ({variant})']['figures']}", flush=True)
         rows["ours SavedModel"] = run_worker(["savedmodel", model_path])
@@ -352,6 +355,10 @@ def main(argv=None):
                 raise AssertionError(f"{name} {key}: tokens differ from ours (default)")
     print("\ntokens: ours (graph), ours SavedModel and ctranslate2 float32 equal ours (default) "
           "in every case")
+    for name in ("ours (bf16)", "ours (bf16 graph)"):
+        rows_equal = [np.mean([a == b for a, b in zip(rows[name]["tokens"][key], tokens)])
+                      for key, tokens in reference.items()]
+        print(f"{name}: {np.mean(rows_equal):.3f} of the rows equal ours (default)'s")
     print(f"bandwidth floor at batch 1: {floor['floor_ms']['matvec']:.2f} ms/token (matvec, "
           f"{floor['bandwidth_gb_s']['matvec']:.1f} GB/s) to {floor['floor_ms']['sum']:.2f} "
           f"(sum, {floor['bandwidth_gb_s']['sum']:.1f} GB/s); {floor['step_bytes'] / 1e6:.1f} MB "

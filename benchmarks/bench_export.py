@@ -3,15 +3,17 @@
     python -m keras_transformer demo --out keras_transformer_demo
     python benchmarks/bench_export.py keras_transformer_demo [--requests 100]
 
-Exports the demo's model (greedy, and beam 4) with `export_saved_model`,
-loads each with `tf.saved_model.load` and checks that its tokens equal
-`Translator.generate_ids` (that is, `generate`) on every sentence of the demo's
-test split (1,000 sentences, decoded in batches of 64). Then times requests of
+Exports the demo's model (greedy, and beam 4; as it is and as its
+`serving_copy("bfloat16")`) with `export_saved_model`, loads each with
+`tf.saved_model.load` and counts the sentences of the demo's test split (1,000,
+decoded in batches of 64) whose tokens equal the float32
+`Translator.generate_ids` (that is, `generate`). Then times requests of
 one sentence, one after another, through the SavedModel and through
 `Translator.translate`: the median and 90th percentile in ms.
 """
 
 import argparse
+import itertools
 import os
 import tempfile
 import time
@@ -26,6 +28,7 @@ from keras_transformer.cli import DEMO_CONFIG, DEMO_SIZES  # noqa: E402
 from keras_transformer.data.corpus import english_korean_corpus  # noqa: E402
 
 METHODS = {"greedy": {}, "beam": {"method": "beam", "beam_size": 4}}
+DTYPES = ("float32", "bfloat16")  # bfloat16: `serving_copy`, compared with float32's tokens
 
 
 def latency_ms(fn, texts):
@@ -47,14 +50,17 @@ def main(argv=None):
     test = [source for source, _ in
             english_korean_corpus(seed=DEMO_CONFIG.seed, **DEMO_SIZES)["test"]]
     print(f"demo model {args.model}, test split of {len(test)} sentences")
-    print("| decoding | tokens equal to generate's | SavedModel ms/request (median, p90) "
-          "| Translator.translate ms/request (median, p90) |")
-    print("|---|---|---|---|")
+    print("| decoding | weights | tokens equal to float32 generate's | SavedModel ms/request "
+          "(median, p90) | Translator.translate ms/request (median, p90) |")
+    print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, options in METHODS.items():
-            path = export_saved_model(translator.model, translator.source_tokenizer,
-                                      translator.target_tokenizer, os.path.join(tmp, name),
-                                      **options)
+        for (name, options), dtype in itertools.product(METHODS.items(), DTYPES):
+            model = translator.model
+            if dtype != "float32":
+                model = model.serving_copy(dtype)
+            path = export_saved_model(model, translator.source_tokenizer,
+                                      translator.target_tokenizer,
+                                      os.path.join(tmp, f"{name}-{dtype}"), **options)
             served = tf.saved_model.load(path)
             expected = translator.generate_ids(test, **options)
             equal = 0
@@ -66,9 +72,10 @@ def main(argv=None):
                 equal += int((got == want).all(axis=1).sum())
             requests = test[: args.requests]
             saved = latency_ms(lambda text: served.translate(tf.constant([text])), requests)
-            ours = latency_ms(lambda text: translator.translate(text, **options), requests)
-            print(f"| {name} | {equal} / {len(test)} | {saved[0]:.1f}, {saved[1]:.1f} | "
-                  f"{ours[0]:.1f}, {ours[1]:.1f} |", flush=True)
+            direct = Translator(model, translator.source_tokenizer, translator.target_tokenizer)
+            ours = latency_ms(lambda text: direct.translate(text, **options), requests)
+            print(f"| {name} | {dtype} | {equal} / {len(test)} | {saved[0]:.1f}, {saved[1]:.1f} "
+                  f"| {ours[0]:.1f}, {ours[1]:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -235,3 +235,18 @@ def test_generate_rejects_bad_arguments(random_model, kwargs, arg):
 def test_generate_rejects_ids_outside_the_vocabulary(random_model):
     with pytest.raises(ValueError, match=r"`x`.*\[0, 16\)"):
         random_model.generate(np.array([[4, 16]]))
+
+
+def test_bfloat16_serving_copy_decodes_like_the_float32_model(trained_model):
+    fast = trained_model.serving_copy()
+    assert {w.dtype for w in fast.weights} == {"bfloat16"}
+    inp = reverse_task(17, seed=16)[0]
+    expected = trained_model.generate(inp).numpy()
+    for kwargs in ({}, {"jit_compile": False}, {"method": "beam"}):
+        out = fast.generate(inp, **kwargs).numpy()
+        assert out.dtype == np.int32
+        width = max(out.shape[1], expected.shape[1])
+        out, want = (np.pad(t, [(0, 0), (0, width - t.shape[1])]) for t in (out, expected))
+        assert (out == want).all(axis=1).mean() >= 0.9
+    with pytest.raises(ValueError, match="`dtype`.*Received: "):
+        trained_model.serving_copy("int8")
