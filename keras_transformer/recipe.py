@@ -447,10 +447,12 @@ def _fit(run, model, callbacks):
     valid_data = make_dataset(run.valid_pairs, *tokenizers, config.max_length,
                               config.batch_size, bucket=False, static_shape=run.static_shape)
     scored = run.valid_pairs[:SCORED_VALID_PAIRS]
+    # One translator for every epoch: a new one would trace its tokenizing
+    # functions again each time.
+    translator = Translator(model, *tokenizers)
 
-    def validation_scores(model):
-        scores, hypotheses, references = evaluate(Translator(model, *tokenizers), scored,
-                                                  verbose=0)
+    def validation_scores(_model):  # the model `translator` holds
+        scores, hypotheses, references = evaluate(translator, scored, verbose=0)
         if collapse_warning(hypotheses, references):
             scores["chrf"] = 0.0
         return scores
