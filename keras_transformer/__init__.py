@@ -3,13 +3,17 @@ library-grade Keras 3 layers.
 
 Importing the package loads the core (layers, `Transformer`, the encoder-only
 `MaskedLanguageModel` and `SequenceClassifier`, masks, positions, decoding,
-losses, schedule: keras, tensorflow and numpy only). The application
-(`train`, `Translator`, `export_saved_model`, `pretrain`, `fine_tune`,
-`TextClassifier`, and with them tensorflow-text, sacrebleu and matplotlib)
-loads on first use.
+losses, schedule), written in `keras.ops` and numpy: it runs on every Keras 3
+backend (TensorFlow, JAX, PyTorch; set `KERAS_BACKEND` before importing
+Keras) and imports TensorFlow only when TensorFlow is the backend. The
+application (`train`, `Translator`, `export_saved_model`, `pretrain`,
+`fine_tune`, `TextClassifier`, and with them TensorFlow, tensorflow-text,
+sacrebleu and matplotlib) loads on first use.
 """
 
 import importlib
+
+import keras
 
 from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
 from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
@@ -41,6 +45,15 @@ _APPLICATION = {
 
 def __getattr__(name):
     if name in _APPLICATION:
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise ImportError(
+                f"keras_transformer.{name} needs the TensorFlow backend: the application "
+                "(tokenizers, data, train, Translator, export, pretrain, fine_tune) runs on "
+                f"TensorFlow and tensorflow-text. The Keras backend is {backend!r}; set "
+                "KERAS_BACKEND=tensorflow before importing Keras, or use the core (the "
+                "layers, Transformer, fit, generate), which runs on every backend."
+            )
         value = getattr(importlib.import_module(_APPLICATION[name]), name)
         globals()[name] = value  # later lookups skip this function
         return value

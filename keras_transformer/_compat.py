@@ -2,7 +2,9 @@
 
 Each one names its upstream issue, and `tests/test_compat.py` fails loudly when
 the behaviour it relies on changes. Nothing else in the package touches
-TensorFlow's or Keras' internals.
+TensorFlow's or Keras' internals. Everything here is for the TensorFlow
+backend: the core reaches it only through `_backend`, which imports it only
+when TensorFlow is the backend.
 """
 
 import inspect

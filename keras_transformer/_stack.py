@@ -1,45 +1,41 @@
-"""What `Encoder` and `Decoder` share: arguments, the stack of layers and the
-embedding front end
+"""What the encoder and decoder share: arguments, the dropout layer, and the
+embedding front end of a stack
 
     x = Embedding(ids) * sqrt(d_model) + PE[positions];  x = Dropout(x)
 
-or, BERT's (seed 001) with `embedding_layernorm=True` and segments
-(`type_vocab_size > 0`):
+or, BERT's with `embedding_layernorm=True` and segments (`type_vocab_size > 0`):
 
     x = Embedding(ids) * sqrt(d_model) + PE[positions] + SegmentEmbedding(segment_ids)
     x = Dropout(LayerNorm(x))
+
+Runs on every Keras backend.
 """
 
 import math
-import re
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer import _config
-from keras_transformer._compat import in_xla_context
-from keras_transformer.attention import MultiHeadAttention
-from keras_transformer.feed_forward import point_wise_feed_forward_network
+from keras_transformer import _backend, _config
 from keras_transformer.positional import positional_encoding
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 
 
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` that draws its mask with ThreeFry under XLA.
+    """`keras.layers.Dropout` that draws its mask with ThreeFry under TensorFlow's XLA.
 
-    Inside a `jit_compile=True` function XLA:CPU generates ThreeFry random
-    numbers about 4x faster than the default Philox, which made dropout a
-    sixth of a training step; elsewhere this is exactly the Keras layer. (The
-    two draw different masks for the same seed, as Keras' own `Dropout` does
-    with and without XLA.)
+    Inside a TensorFlow `jit_compile=True` function XLA:CPU generates ThreeFry
+    random numbers about 4x faster than the default Philox, which made
+    dropout a sixth of a training step; elsewhere, and on the JAX and PyTorch
+    backends, this is exactly the Keras layer. (The two draw different masks
+    for the same seed, as Keras' own `Dropout` does with and without XLA.)
     """
 
     def call(self, inputs, training=False):
-        if not (training and self.rate > 0 and in_xla_context()):
-            return super().call(inputs, training=training)
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), tf.int32)
-        return tf.nn.experimental.stateless_dropout(inputs, self.rate, seed, rng_alg="threefry")
+        if training and self.rate > 0 and _backend.in_xla_context():
+            return _backend.xla_dropout(inputs, self.rate, self.seed_generator)
+        return super().call(inputs, training=training)
 
 
 class MaskByKeyword:
@@ -60,76 +56,44 @@ def layer_norm(dtype_policy, name):
 
 
 class TransformerLayer(keras.layers.Layer):
-    """Base of `EncoderLayer` and `DecoderLayer`: arguments, sub-layers, blocks.
+    """Base of `EncoderLayer` and `DecoderLayer`: their arguments and config.
 
-    A layer is a sequence of residual blocks, numbered from 1: one per
-    attention sub-layer (named in `ATTENTION`, the tutorial's names), then
-    the feed-forward network `ffn`. Block `i` has `layernorm{i}` and
-    `dropout{i}`:
+    Each subclass creates its own sub-layers (the tutorial's names) and runs
+    its residual blocks:
 
         post-LN (the paper, the tutorial):  x = LN(x + Dropout(Sublayer(x)))
         pre-LN (`norm_first=True`):         x = x + Dropout(Sublayer(LN(x)))
     """
 
-    ATTENTION = ()
-    CONFIG = ("d_model", "num_heads", "dff", "rate", "norm_first", "activation")
-
     def __init__(self, d_model, num_heads, dff, rate=0.1, norm_first=False, activation="relu",
                  **kwargs):
         super().__init__(**_config.layer_kwargs(type(self).__name__, kwargs))
         _config.check_model_args(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate)
-        _config.set_attributes(self, d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
-                               norm_first=bool(norm_first), activation=activation)
-
-        policy = self.dtype_policy
-        for name in self.ATTENTION:
-            setattr(self, name, MultiHeadAttention(d_model, num_heads, dtype=policy, name=name))
-        self.ffn = point_wise_feed_forward_network(
-            d_model, dff, activation, dtype=policy, name="ffn"
-        )
-        blocks = range(1, len(self.ATTENTION) + 2)
-        for i in blocks:
-            setattr(self, f"layernorm{i}", layer_norm(policy, f"layernorm{i}"))
-        for i in blocks:
-            setattr(self, f"dropout{i}", Dropout(rate, dtype=policy, name=f"dropout{i}"))
-
-    def build(self, input_shape):
-        for name in (*self.ATTENTION, "ffn"):
-            getattr(self, name).build(input_shape)
-        for i in range(1, len(self.ATTENTION) + 2):
-            getattr(self, f"layernorm{i}").build(input_shape)
-
-    def _block_input(self, block, x):
-        """What the sub-layer of block `block` reads: `LN(x)` when pre-LN, else `x`."""
-        return getattr(self, f"layernorm{block}")(x) if self.norm_first else x
-
-    def _block_output(self, block, residual, output, training):
-        """The residual connection of block `block` around the sub-layer's `output`."""
-        x = residual + getattr(self, f"dropout{block}")(output, training=training)
-        return x if self.norm_first else getattr(self, f"layernorm{block}")(x)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.rate = rate
+        self.norm_first = bool(norm_first)
+        self.activation = activation
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in self.CONFIG})
+        config.update({"d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
+                       "rate": self.rate, "norm_first": self.norm_first,
+                       "activation": self.activation})
         return config
 
 
 class TransformerStack(keras.layers.Layer):
-    """Base of `Encoder` and `Decoder`: embeddings, positions, dropout,
-    `num_layers` layers, checks.
+    """Base of `Encoder` and `Decoder`: embeddings, positions, dropout, checks.
 
-    A subclass sets `LAYER` (its layer class; layer i is named after it,
-    `encoder_layer{i}` for `EncoderLayer`, as Keras names layers), `LAYERS`
-    (the attribute holding the list of layers, the tutorial's `enc_layers`
-    or `dec_layers`) and `VOCAB` (its vocabulary-size argument,
-    `input_vocab_size` or `target_vocab_size`), and takes its vocabulary size
-    as the fifth positional argument; `_embed` turns token ids into the first
-    layer's input.
+    A subclass checks and stores its vocabulary size under its tutorial name
+    (`input_vocab_size` or `target_vocab_size`, passed here as `vocab_size`
+    and read back through its `vocab_size` property), creates its list of
+    layers (`enc_layers` or `dec_layers`) and builds it; `_embed` turns token
+    ids into the first layer's input.
     """
 
-    LAYER = TransformerLayer
-    LAYERS = None
-    VOCAB = None
     CONFIG = ("num_layers", "d_model", "num_heads", "dff", "maximum_position_encoding", "rate",
               "norm_first", "activation", "position_encoding", "pad_token_idx")
     # BERT's embedding options (the `Transformer` leaves them at their defaults).
@@ -143,19 +107,20 @@ class TransformerStack(keras.layers.Layer):
         _config.check_model_args(
             num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
             maximum_position_encoding=maximum_position_encoding, rate=rate,
-            **{self.VOCAB: vocab_size},
         )
         _config.check_choice("position_encoding", position_encoding, POSITION_ENCODINGS)
-        _config.set_attributes(
-            self, num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
-            maximum_position_encoding=maximum_position_encoding, rate=rate,
-            norm_first=bool(norm_first), activation=activation,
-            position_encoding=position_encoding,
-            pad_token_idx=_config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size),
-            type_vocab_size=_config.check_non_negative_int("type_vocab_size", type_vocab_size),
-            embedding_layernorm=bool(embedding_layernorm),
-            **{self.VOCAB: vocab_size},
-        )
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.dff = dff
+        self.maximum_position_encoding = maximum_position_encoding
+        self.rate = rate
+        self.norm_first = bool(norm_first)
+        self.activation = activation
+        self.position_encoding = position_encoding
+        self.pad_token_idx = _config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size)
+        self.type_vocab_size = _config.check_non_negative_int("type_vocab_size", type_vocab_size)
+        self.embedding_layernorm = bool(embedding_layernorm)
 
         if embedding is None:
             embedding = keras.layers.Embedding(
@@ -172,10 +137,7 @@ class TransformerStack(keras.layers.Layer):
         self.embedding = embedding
         if position_encoding == "learned":
             self.pos_embedding = keras.layers.Embedding(
-                maximum_position_encoding,
-                d_model,
-                dtype=self.dtype_policy,
-                name="pos_embedding",
+                maximum_position_encoding, d_model, dtype=self.dtype_policy, name="pos_embedding"
             )
         else:
             self.pos_encoding = positional_encoding(maximum_position_encoding, d_model)
@@ -188,26 +150,15 @@ class TransformerStack(keras.layers.Layer):
         self.dropout = Dropout(rate, dtype=self.dtype_policy, name="dropout")
         if self.norm_first:
             self.final_layernorm = layer_norm(self.dtype_policy, "final_layernorm")
-        prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", self.LAYER.__name__).lower()  # encoder_layer
-        setattr(self, self.LAYERS, [
-            self.LAYER(d_model, num_heads, dff, rate, norm_first=norm_first,
-                       activation=activation, dtype=self.dtype_policy, name=f"{prefix}{i + 1}")
-            for i in range(num_layers)
-        ])
-
-    @property
-    def vocab_size(self):
-        """The size of this side's vocabulary."""
-        return getattr(self, self.VOCAB)
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name)
-                       for name in (*self.CONFIG, *self.EMBEDDING_CONFIG, self.VOCAB)})
+        config.update({name: getattr(self, name) for name in (*self.CONFIG,
+                                                                *self.EMBEDDING_CONFIG)})
         return config
 
-    def build(self, input_shape):
-        """Builds the embeddings and the layers for ids of shape `input_shape`."""
+    def _build_embeddings(self, input_shape):
+        """Builds the embeddings and norms for ids of shape `input_shape`."""
         if not self.embedding.built:  # a shared embedding may be built already
             self.embedding.build(input_shape)
         if self.position_encoding == "learned":
@@ -217,10 +168,9 @@ class TransformerStack(keras.layers.Layer):
             self.segment_embedding.build(input_shape)
         if self.embedding_layernorm:
             self.embedding_norm.build(hidden_shape)
-        for layer in getattr(self, self.LAYERS):
-            layer.build(hidden_shape)
         if self.norm_first:
             self.final_layernorm.build(hidden_shape)
+        return hidden_shape
 
     def _check_ids(self, x):
         """Fails early on sequences too long for the position table or bad ids."""
@@ -233,16 +183,14 @@ class TransformerStack(keras.layers.Layer):
                 f"Received: x.shape={tuple(x.shape)}"
             )
         if seq_len is None:
-            tf.debugging.assert_less_equal(
-                tf.shape(x)[1],
-                max_len,
-                message=(
-                    "Received an invalid value for argument `x`: sequence longer "
-                    f"than maximum_position_encoding={max_len}"
-                ),
+            _backend.check_length(
+                ops.shape(x)[1], max_len,
+                "Received an invalid value for argument `x`: sequence longer "
+                f"than maximum_position_encoding={max_len}",
             )
-        if tf.executing_eagerly() and tf.size(x) > 0:
-            low, high = int(tf.reduce_min(x)), int(tf.reduce_max(x))
+        ids = _backend.concrete(x)
+        if ids is not None and ids.size:
+            low, high = int(ids.min()), int(ids.max())
             if low < 0 or high >= self.vocab_size:
                 raise ValueError(
                     "Received an invalid value for argument `x`, expected token "
@@ -266,17 +214,17 @@ class TransformerStack(keras.layers.Layer):
             )
         if position is None:
             self._check_ids(x)
-        seq_len = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
+        seq_len = ops.shape(x)[1]
         start = 0 if position is None else position
         ids, x = x, self.embedding(x)  # (B, T, d_model)
-        x = x * tf.cast(math.sqrt(self.d_model), x.dtype)
+        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         if self.position_encoding == "learned":
-            x = x + self.pos_embedding(tf.range(start, start + seq_len))[tf.newaxis]
+            x = x + self.pos_embedding(start + ops.arange(seq_len))[None]
         else:
-            table = tf.slice(self.pos_encoding, [0, start, 0], [1, seq_len, self.d_model])
-            x = x + tf.cast(table, x.dtype)  # (B, T, d_model)
+            table = ops.slice(self.pos_encoding, [0, start, 0], [1, seq_len, self.d_model])
+            x = x + ops.cast(table, x.dtype)  # (B, T, d_model)
         if self.type_vocab_size:
-            x = x + self.segment_embedding(tf.zeros_like(ids) if segment_ids is None
+            x = x + self.segment_embedding(ops.zeros_like(ids) if segment_ids is None
                                            else segment_ids)
         if self.embedding_layernorm:
             x = self.embedding_norm(x)

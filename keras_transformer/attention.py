@@ -4,28 +4,35 @@
     MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
         head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
+Runs on every Keras backend (TensorFlow, JAX, PyTorch): `keras.ops` only.
+
 Deviations from the tutorial, all invisible to its users:
 - masked logits are *replaced* by the float32 minimum instead of adding the
   mask times a large negative constant, and the softmax always runs in
   float32, so half precision never overflows and a fully masked row gives
   uniform weights, not NaN;
 - the queries are scaled before `Q K^T` (fewer multiplications, same result);
-- `MultiHeadAttention` takes an optional decoding cache (see `call`).
+- `MultiHeadAttention` owns an optional decoding cache of keys and values
+  (see `call`).
 """
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from keras_transformer import _config
+
+_FLOAT32_MIN = float(np.finfo(np.float32).min)
 
 
 def _masked_softmax(logits, mask):
     """Softmax over the last axis in float32, ignoring positions where mask is 1."""
-    logits = tf.cast(logits, tf.float32)
+    logits = ops.cast(logits, "float32")
     if mask is not None:
-        blocked = tf.cast(mask, tf.float32) > 0.0
-        logits = tf.where(blocked, tf.float32.min, logits)
-    return tf.nn.softmax(logits, axis=-1)
+        logits = ops.where(ops.cast(mask, "float32") > 0.0, _FLOAT32_MIN, logits)
+    if logits.shape[-1] == 1:
+        return ops.ones_like(logits)  # one key: softmax is 1 (`ops.softmax` warns)
+    return ops.softmax(logits, axis=-1)
 
 
 def scaled_dot_product_attention(q, k, v, mask):
@@ -44,22 +51,25 @@ def scaled_dot_product_attention(q, k, v, mask):
         float32.
 
     Example:
-    >>> q = k = v = tf.eye(3)[tf.newaxis]
+    >>> q = k = v = np.eye(3, dtype="float32")[np.newaxis]
     >>> out, w = scaled_dot_product_attention(q, k, v, None)
-    >>> w.shape
-    TensorShape([1, 3, 3])
+    >>> tuple(w.shape)
+    (1, 3, 3)
     """
-    depth = q.shape[-1] if q.shape[-1] is not None else tf.shape(q)[-1]
-    q = q * tf.cast(tf.math.rsqrt(tf.cast(depth, tf.float32)), q.dtype)
-    logits = tf.matmul(q, k, transpose_b=True)  # (..., Tq, Tk)
-    attention_weights = tf.cast(_masked_softmax(logits, mask), v.dtype)
-    output = tf.matmul(attention_weights, v)  # (..., Tq, depth_v)
+    q, k, v = ops.convert_to_tensor(q), ops.convert_to_tensor(k), ops.convert_to_tensor(v)
+    depth = ops.shape(q)[-1]
+    q = q * ops.cast(ops.rsqrt(ops.cast(depth, "float32")), q.dtype)
+    logits = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (..., Tq, Tk)
+    attention_weights = ops.cast(_masked_softmax(logits, mask), v.dtype)
+    output = ops.matmul(attention_weights, v)  # (..., Tq, depth_v)
     return output, attention_weights
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with the tutorial's `(v, k, q, mask)` call order.
+
+    Runs on every Keras backend.
 
     Args:
         d_model: int. Width of queries, keys, values and output.
@@ -74,13 +84,15 @@ class MultiHeadAttention(keras.layers.Layer):
         mask: float tensor broadcastable to `(B, num_heads, T_q, T_k)`, 1 where
             a key must not be attended to. Defaults to `None`.
         cache: dict `{"key", "value"}` of `(B, num_heads, L, depth)` tensors,
-            or `None`. With `cache_index=None` it holds precomputed keys and
-            values (cross-attention; `k` and `v` are ignored, see
-            `compute_key_value`); with `cache_index` (self-attention during
-            decoding, from `init_cache`) `q` is one token `(B, 1, d_model)`,
-            `k` and `v` are ignored, and the token's key and value are
-            written into it at `cache_index`. Defaults to `None`.
-        cache_index: scalar int tensor or `None`. Position to write in `cache`.
+            or `None`. Without `cache_index` it holds keys and values
+            projected once (cross-attention, see `compute_key_value`; `k` and
+            `v` are not read). With `cache_index` (self-attention while
+            decoding, from `init_cache`) `v`, `k` and `q` are one token
+            `(B, 1, d_model)` (`v` and `k` default to `q`): its key and value
+            are projected by `wk` and `wv`, as in training, and written into
+            the cache at `cache_index`. Defaults to `None`.
+        cache_index: scalar int tensor or `None`. Position to write in `cache`;
+            only with a `cache`.
 
     Returns:
         `(output, attention_weights)`: `(B, T_q, d_model)` and
@@ -88,10 +100,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
     >>> mha = MultiHeadAttention(d_model=512, num_heads=8)
-    >>> x = tf.random.uniform((1, 60, 512))
+    >>> x = np.random.uniform(size=(1, 60, 512)).astype("float32")
     >>> out, w = mha(x, x, x, None)
-    >>> out.shape, w.shape
-    (TensorShape([1, 60, 512]), TensorShape([1, 8, 60, 60]))
+    >>> tuple(out.shape), tuple(w.shape)
+    ((1, 60, 512), (1, 8, 60, 60))
     """
 
     def __init__(self, d_model, num_heads, **kwargs):
@@ -110,13 +122,15 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="dense")
 
     def build(self, input_shape):
-        for dense in (self.wq, self.wk, self.wv, self.dense):
-            dense.build(input_shape)
+        self.wq.build(input_shape)
+        self.wk.build(input_shape)
+        self.wv.build(input_shape)
+        self.dense.build(input_shape)
 
     def split_heads(self, x, batch_size):
         """Splits the last axis into `(num_heads, depth)` and moves heads first."""
-        x = tf.reshape(x, (batch_size, -1, self.num_heads, self.depth))  # (B, T, H, depth)
-        return tf.transpose(x, perm=[0, 2, 1, 3])  # (B, H, T, depth)
+        x = ops.reshape(x, (batch_size, -1, self.num_heads, self.depth))  # (B, T, H, depth)
+        return ops.transpose(x, (0, 2, 1, 3))  # (B, H, T, depth)
 
     def compute_key_value(self, k, v):
         """Projects keys and values once, e.g. the encoder output for decoding.
@@ -124,7 +138,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             dict `{"key": (B, H, T_k, depth), "value": (B, H, T_k, depth)}`.
         """
-        batch_size = tf.shape(k)[0]
+        batch_size = ops.shape(k)[0]
         return {
             "key": self.split_heads(self.wk(k), batch_size),
             "value": self.split_heads(self.wv(v), batch_size),
@@ -134,45 +148,49 @@ class MultiHeadAttention(keras.layers.Layer):
         """An empty self-attention cache of `max_length` positions.
 
         Returns:
-            dict: `"key"` and `"value"` `(B, H, L, depth)` zeros, and the
-            query, key and value projections joined into one (`"kernel"`
-            `(d_model, 3 * d_model)`, `"bias"` `(3 * d_model,)`), so that a
-            decoding step projects its token with one matrix product, not three.
+            dict `{"key": (B, H, L, depth), "value": (B, H, L, depth)}` of zeros.
         """
         shape = (batch_size, self.num_heads, max_length, self.depth)  # (B, H, L, depth)
-        denses = (self.wq, self.wk, self.wv)
         return {
-            "key": tf.zeros(shape, self.compute_dtype),
-            "value": tf.zeros(shape, self.compute_dtype),
-            "kernel": tf.cast(tf.concat([d.kernel for d in denses], 1), self.compute_dtype),
-            "bias": tf.cast(tf.concat([d.bias for d in denses], 0), self.compute_dtype),
+            "key": ops.zeros(shape, self.compute_dtype),
+            "value": ops.zeros(shape, self.compute_dtype),
         }
 
     def call(self, v, k, q, mask=None, cache=None, cache_index=None):
-        batch_size = tf.shape(q)[0]
-        if cache is not None and cache_index is not None:
-            # One decoding step: the joined projection, then the new key and
-            # value written into the cache at `cache_index`.
-            qkv = tf.matmul(q[:, 0], cache["kernel"]) + cache["bias"]  # (B, 3 * d_model)
-            qkv = tf.reshape(qkv, (batch_size, 3, self.num_heads, 1, self.depth))
+        if cache_index is not None and cache is None:
+            raise ValueError(
+                "Received an invalid value for argument `cache_index`: it is the position "
+                "to write in `cache`, and no `cache` was given. Received: "
+                f"cache_index={cache_index!r}, cache=None"
+            )
+        batch_size = ops.shape(q)[0]
+        query = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
+        if cache is None:
+            key = self.split_heads(self.wk(k), batch_size)  # (B, H, Tk, depth)
+            value = self.split_heads(self.wv(v), batch_size)  # (B, H, Tk, depth)
+        elif cache_index is None:
+            key, value = cache["key"], cache["value"]  # (B, H, Tk, depth)
+        else:
+            # One decoding step: the token's key and value written into the
+            # cache at `cache_index`.
+            k = q if k is None else k
+            v = k if v is None else v
             start = [0, 0, cache_index, 0]
             cache = {
-                **cache,
-                "key": keras.ops.slice_update(cache["key"], start, qkv[:, 1]),
-                "value": keras.ops.slice_update(cache["value"], start, qkv[:, 2]),
+                "key": ops.slice_update(
+                    cache["key"], start, self.split_heads(self.wk(k), batch_size)
+                ),
+                "value": ops.slice_update(
+                    cache["value"], start, self.split_heads(self.wv(v), batch_size)
+                ),
             }  # (B, H, L, depth) each
-            q, k, v = qkv[:, 0], cache["key"], cache["value"]  # q (B, H, 1, depth)
-        else:
-            q = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
-            if cache is None:
-                k = self.split_heads(self.wk(k), batch_size)  # (B, H, Tk, depth)
-                v = self.split_heads(self.wv(v), batch_size)  # (B, H, Tk, depth)
-            else:
-                k, v = cache["key"], cache["value"]  # (B, H, Tk, depth)
+            key, value = cache["key"], cache["value"]
 
-        scaled_attention, attention_weights = scaled_dot_product_attention(q, k, v, mask)
-        scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])  # (B, Tq, H, depth)
-        concat_attention = tf.reshape(
+        scaled_attention, attention_weights = scaled_dot_product_attention(
+            query, key, value, mask
+        )  # (B, H, Tq, depth), (B, H, Tq, Tk)
+        scaled_attention = ops.transpose(scaled_attention, (0, 2, 1, 3))  # (B, Tq, H, depth)
+        concat_attention = ops.reshape(
             scaled_attention, (batch_size, -1, self.d_model)
         )  # (B, Tq, d_model)
         output = self.dense(concat_attention)  # (B, Tq, d_model)

@@ -9,11 +9,12 @@ fine-tuning puts a classifier on the `[CLS]` state or the mean of the token
 states (`SequenceClassifier`), starting from the pretrained encoder itself.
 
 Both models take `token_ids` `(B, S)`, or `(token_ids, segment_ids)`, or a
-dict with those keys; `<PAD>` (`pad_token_idx`) marks padding.
+dict with those keys; `<PAD>` (`pad_token_idx`) marks padding. Both run on
+every Keras backend.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from keras_transformer import _config
 from keras_transformer._stack import Dropout, layer_norm
@@ -103,8 +104,8 @@ class MaskedLanguageModel(keras.Model):
     Example:
     >>> mlm = MaskedLanguageModel(num_layers=1, d_model=32, num_heads=2, dff=64,
     ...                           input_vocab_size=50, maximum_position_encoding=8)
-    >>> mlm(tf.ones((2, 8), tf.int32)).shape
-    TensorShape([2, 8, 50])
+    >>> tuple(mlm(np.ones((2, 8), "int32")).shape)
+    (2, 8, 50)
     """
 
     CONFIG = ("num_layers", "d_model", "num_heads", "dff", "input_vocab_size",
@@ -140,12 +141,13 @@ class MaskedLanguageModel(keras.Model):
         ids, segment_ids = _split_inputs(inputs)
         x = self.encoder(ids, training=training, segment_ids=segment_ids)  # (B, S, d_model)
         if isinstance(inputs, dict) and inputs.get("masked_positions") is not None:
-            x = tf.gather(x, inputs["masked_positions"], batch_dims=1)  # (B, P, d_model)
+            positions = ops.cast(inputs["masked_positions"], "int32")  # (B, P)
+            x = ops.take_along_axis(x, positions[:, :, None], axis=1)  # (B, P, d_model)
         x = self.mlm_layernorm(self.mlm_dense(x))
         # The output projection is the token embedding matrix E: logits = x E^T + b.
-        kernel = tf.cast(self.encoder.embedding.embeddings, x.dtype)  # (V, d_model)
-        logits = tf.einsum("bsd,vd->bsv", x, kernel) + tf.cast(self.mlm_bias, x.dtype)
-        return tf.cast(logits, tf.float32)  # (B, S, V)
+        kernel = ops.cast(self.encoder.embedding.embeddings, x.dtype)  # (V, d_model)
+        logits = ops.einsum("bsd,vd->bsv", x, kernel) + ops.cast(self.mlm_bias, x.dtype)
+        return ops.cast(logits, "float32")  # (B, S, V)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -186,8 +188,8 @@ class SequenceClassifier(keras.Model):
     Example:
     >>> encoder = bert_encoder(num_layers=1, d_model=32, num_heads=2, dff=64,
     ...                        input_vocab_size=50, maximum_position_encoding=8)
-    >>> SequenceClassifier(encoder, num_classes=3)(tf.ones((2, 8), tf.int32)).shape
-    TensorShape([2, 3])
+    >>> tuple(SequenceClassifier(encoder, num_classes=3)(np.ones((2, 8), "int32")).shape)
+    (2, 3)
     """
 
     def __init__(self, encoder, num_classes, pooling="cls", rate=0.1, **kwargs):
@@ -223,9 +225,9 @@ class SequenceClassifier(keras.Model):
         if self.pooling == "cls":
             pooled = x[:, 0]  # (B, d_model)
         else:
-            real = tf.cast(tf.not_equal(ids, self.encoder.pad_token_idx), x.dtype)[..., None]
-            pooled = tf.reduce_sum(x * real, 1) / tf.maximum(tf.reduce_sum(real, 1), 1)
-        logits = tf.cast(self.classifier(self.dropout(pooled, training=training)), tf.float32)
+            real = ops.cast(ops.not_equal(ids, self.encoder.pad_token_idx), x.dtype)[..., None]
+            pooled = ops.sum(x * real, 1) / ops.maximum(ops.sum(real, 1), 1)  # (B, d_model)
+        logits = ops.cast(self.classifier(self.dropout(pooled, training=training)), "float32")
         if return_attention_weights:
             return logits, weights
         return logits

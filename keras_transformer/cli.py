@@ -90,7 +90,7 @@ def _train_config(args, defaults):
 
 
 def _decoding_flags(parser, method):
-    from keras_transformer.transformer import METHODS, MMI_WEIGHT
+    from keras_transformer.generation import METHODS, MMI_WEIGHT
 
     group = parser.add_argument_group("decoding")
     group.add_argument("--method", choices=METHODS, default=method,
@@ -112,7 +112,7 @@ def _decoding_flags(parser, method):
 
 def _generate_options(args):
     """The decoding flags as `generate` arguments, checked."""
-    from keras_transformer.transformer import check_generate_options
+    from keras_transformer.generation import check_generate_options
 
     options = {
         "method": args.method,
@@ -413,6 +413,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if getattr(args, "action", None) == "run" and not args.signature_def:
         parser.error("saved-model-cli run needs --signature_def")
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if backend != "tensorflow":
+        print(f"{parser.prog} {args.command}: error: the command line runs on TensorFlow; "
+              f"KERAS_BACKEND is {backend!r} (unset it or set it to 'tensorflow')",
+              file=sys.stderr)
+        return 2
     try:
         return args.run(args)
     except (InputError, OSError) as error:

@@ -7,13 +7,19 @@ For fast autoregressive decoding both take a `cache`: the encoder keys and
 values are projected once per source, and the self-attention keys and values
 of every generated position are written into a preallocated buffer of
 `max_length` positions, so each step costs O(length) instead of re-running the
-decoder over the whole prefix.
+decoder over the whole prefix. The cache holds keys and values only; a step
+runs the same sub-layers as training.
+
+Runs on every Keras backend.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer._stack import TransformerLayer, TransformerStack
+from keras_transformer import _config
+from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
+from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import create_look_ahead_mask, create_padding_mask
 
 
@@ -49,7 +55,28 @@ class DecoderLayer(TransformerLayer):
         cache.
     """
 
-    ATTENTION = ("mha1", "mha2")
+    def __init__(self, d_model, num_heads, dff, rate=0.1, norm_first=False, activation="relu",
+                 **kwargs):
+        super().__init__(d_model, num_heads, dff, rate, norm_first, activation, **kwargs)
+        policy = self.dtype_policy
+        self.mha1 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha1")
+        self.mha2 = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha2")
+        self.ffn = point_wise_feed_forward_network(d_model, dff, activation, dtype=policy,
+                                                   name="ffn")
+        self.layernorm1 = layer_norm(policy, "layernorm1")
+        self.layernorm2 = layer_norm(policy, "layernorm2")
+        self.layernorm3 = layer_norm(policy, "layernorm3")
+        self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
+        self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
+        self.dropout3 = Dropout(rate, dtype=policy, name="dropout3")
+
+    def build(self, input_shape):
+        self.mha1.build(input_shape)
+        self.mha2.build(input_shape)
+        self.ffn.build(input_shape)
+        self.layernorm1.build(input_shape)
+        self.layernorm2.build(input_shape)
+        self.layernorm3.build(input_shape)
 
     def call(
         self,
@@ -66,20 +93,34 @@ class DecoderLayer(TransformerLayer):
             self_cache, cross_cache = cache["self"], cache["cross"]
 
         # Masked self-attention block.
-        h = self._block_input(1, x)
-        outputs = self.mha1(h, h, h, look_ahead_mask, cache=self_cache, cache_index=cache_index)
+        residual = x
+        if self.norm_first:
+            x = self.layernorm1(x)
+        outputs = self.mha1(x, x, x, look_ahead_mask, cache=self_cache, cache_index=cache_index)
         attn1, weights_block1 = outputs[:2]  # (B, T, d_model), (B, H, T, T or L)
-        x = self._block_output(1, x, attn1, training)
+        x = residual + self.dropout1(attn1, training=training)
+        if not self.norm_first:
+            x = self.layernorm1(x)
 
         # Encoder-decoder attention block: queries from the decoder.
+        residual = x
+        if self.norm_first:
+            x = self.layernorm2(x)
         attn2, weights_block2 = self.mha2(
-            enc_output, enc_output, self._block_input(2, x), padding_mask, cache=cross_cache
+            enc_output, enc_output, x, padding_mask, cache=cross_cache
         )[:2]  # (B, T, d_model), (B, H, T, S)
-        x = self._block_output(2, x, attn2, training)
+        x = residual + self.dropout2(attn2, training=training)
+        if not self.norm_first:
+            x = self.layernorm2(x)
 
         # Feed-forward block.
-        ffn_output = self.ffn(self._block_input(3, x))  # (B, T, d_model)
-        x = self._block_output(3, x, ffn_output, training)
+        residual = x
+        if self.norm_first:
+            x = self.layernorm3(x)
+        ffn_output = self.ffn(x)  # (B, T, d_model)
+        x = residual + self.dropout3(ffn_output, training=training)
+        if not self.norm_first:
+            x = self.layernorm3(x)
 
         if cache is None:
             return x, weights_block1, weights_block2
@@ -89,6 +130,8 @@ class DecoderLayer(TransformerLayer):
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Decoder(TransformerStack):
     """Target ids -> embeddings + positions -> `num_layers` `DecoderLayer`s.
+
+    Runs on every Keras backend.
 
     Args:
         Those of `Encoder` (`num_layers` counts `DecoderLayer`s), with
@@ -116,12 +159,29 @@ class Decoder(TransformerStack):
         `cache`, also the updated cache.
     """
 
-    LAYER, LAYERS, VOCAB = DecoderLayer, "dec_layers", "target_vocab_size"
-
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
                  maximum_position_encoding, **options):
+        _config.check_positive_int("target_vocab_size", target_vocab_size)
         super().__init__(num_layers, d_model, num_heads, dff, target_vocab_size,
                          maximum_position_encoding, **options)
+        self.target_vocab_size = target_vocab_size
+        self.dec_layers = [
+            DecoderLayer(d_model, num_heads, dff, self.rate, norm_first=self.norm_first,
+                         activation=self.activation, dtype=self.dtype_policy,
+                         name=f"decoder_layer{i + 1}")
+            for i in range(num_layers)
+        ]
+
+    @property
+    def vocab_size(self):
+        """The size of the target vocabulary, `target_vocab_size`."""
+        return self.target_vocab_size
+
+    def build(self, input_shape):
+        """Builds the embeddings and the layers for ids of shape `input_shape`."""
+        hidden_shape = self._build_embeddings(input_shape)
+        for layer in self.dec_layers:
+            layer.build(hidden_shape)
 
     def init_cache(self, enc_output, max_length):
         """The decoding cache for `enc_output` `(B, S, d_model)`.
@@ -131,7 +191,7 @@ class Decoder(TransformerStack):
             encoder keys and values `(B, heads, S, depth)`, `"self"` an empty
             buffer `(B, heads, max_length, depth)` for the generated positions.
         """
-        batch_size = tf.shape(enc_output)[0]
+        batch_size = ops.shape(enc_output)[0]
         return [
             {
                 "self": layer.mha1.init_cache(batch_size, max_length),
@@ -152,14 +212,14 @@ class Decoder(TransformerStack):
     ):
         if cache is not None:
             # Block every cached position after this one.
-            max_length = tf.shape(cache[0]["self"]["key"])[2]
-            look_ahead_mask = tf.cast(
-                tf.range(max_length) > cache_index, tf.float32
-            )[tf.newaxis, tf.newaxis, tf.newaxis, :]  # (1, 1, 1, L)
+            max_length = ops.shape(cache[0]["self"]["key"])[2]
+            look_ahead_mask = ops.cast(
+                ops.arange(max_length) > cache_index, "float32"
+            )[None, None, None, :]  # (1, 1, 1, L)
         elif look_ahead_mask is None:
-            look_ahead_mask = tf.maximum(
+            look_ahead_mask = ops.maximum(
                 create_padding_mask(x, self.pad_token_idx),  # (B, 1, 1, T)
-                create_look_ahead_mask(tf.shape(x)[1]),  # (T, T)
+                create_look_ahead_mask(ops.shape(x)[1]),  # (T, T)
             )  # (B, 1, T, T)
         x = self._embed(x, training=training, position=cache_index)  # (B, T, d_model)
 
@@ -186,3 +246,8 @@ class Decoder(TransformerStack):
         if cache is None:
             return x, attention_weights
         return x, attention_weights, new_cache
+
+    def get_config(self):
+        config = super().get_config()
+        config["target_vocab_size"] = self.target_vocab_size
+        return config

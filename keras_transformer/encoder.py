@@ -3,13 +3,24 @@
 Post-LN (the paper and the tutorial):  x = LN(x + Dropout(Sublayer(x)))
 Pre-LN (`norm_first=True`):            x = x + Dropout(Sublayer(LN(x))),
 with a final LayerNorm after the last layer.
+
+Runs on every Keras backend.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer._stack import MaskByKeyword, TransformerLayer, TransformerStack
-from keras_transformer.masking import as_attention_mask, create_padding_mask
+from keras_transformer import _config
+from keras_transformer._stack import (
+    Dropout,
+    MaskByKeyword,
+    TransformerLayer,
+    TransformerStack,
+    layer_norm,
+)
+from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.feed_forward import point_wise_feed_forward_network
+from keras_transformer.masking import as_attention_mask, create_padding_mask, is_keras_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -41,23 +52,48 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
 
     Example:
     >>> layer = EncoderLayer(d_model=512, num_heads=8, dff=2048)
-    >>> layer(tf.random.uniform((64, 43, 512)), None).shape
-    TensorShape([64, 43, 512])
+    >>> tuple(layer(np.random.uniform(size=(64, 43, 512)), None).shape)
+    (64, 43, 512)
     """
 
-    ATTENTION = ("mha",)
+    def __init__(self, d_model, num_heads, dff, rate=0.1, norm_first=False, activation="relu",
+                 **kwargs):
+        super().__init__(d_model, num_heads, dff, rate, norm_first, activation, **kwargs)
+        policy = self.dtype_policy
+        self.mha = MultiHeadAttention(d_model, num_heads, dtype=policy, name="mha")
+        self.ffn = point_wise_feed_forward_network(d_model, dff, activation, dtype=policy,
+                                                   name="ffn")
+        self.layernorm1 = layer_norm(policy, "layernorm1")
+        self.layernorm2 = layer_norm(policy, "layernorm2")
+        self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
+        self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
+
+    def build(self, input_shape):
+        self.mha.build(input_shape)
+        self.ffn.build(input_shape)
+        self.layernorm1.build(input_shape)
+        self.layernorm2.build(input_shape)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False):
         mask = as_attention_mask(mask)
 
         # Self-attention block.
-        h = self._block_input(1, x)
-        attn_output, weights = self.mha(h, h, h, mask)  # (B, S, d_model)
-        x = self._block_output(1, x, attn_output, training)
+        residual = x
+        if self.norm_first:
+            x = self.layernorm1(x)
+        attn_output, weights = self.mha(x, x, x, mask)  # (B, S, d_model)
+        x = residual + self.dropout1(attn_output, training=training)
+        if not self.norm_first:
+            x = self.layernorm1(x)
 
         # Feed-forward block.
-        ffn_output = self.ffn(self._block_input(2, x))  # (B, S, d_model)
-        x = self._block_output(2, x, ffn_output, training)
+        residual = x
+        if self.norm_first:
+            x = self.layernorm2(x)
+        ffn_output = self.ffn(x)  # (B, S, d_model)
+        x = residual + self.dropout2(ffn_output, training=training)
+        if not self.norm_first:
+            x = self.layernorm2(x)
 
         if return_attention_weights:
             return x, weights
@@ -65,9 +101,7 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
 
     def compute_mask(self, x, mask=None):
         # Pass a Keras boolean mask on; the tutorial's float masks stay internal.
-        if mask is not None and mask.dtype == tf.bool:
-            return mask
-        return None
+        return mask if is_keras_mask(mask) else None
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -77,7 +111,7 @@ class Encoder(MaskByKeyword, TransformerStack):
     Without an explicit `mask` the tutorial's padding mask is computed from the
     ids, and the output carries a Keras mask (`ids != pad_token_idx`), so the
     encoder drops into functional models: `GlobalAveragePooling1D` after it
-    averages over real tokens only.
+    averages over real tokens only. Runs on every Keras backend.
 
     Args:
         num_layers: int. Number of `EncoderLayer`s.
@@ -97,7 +131,7 @@ class Encoder(MaskByKeyword, TransformerStack):
             an embedding each, added to the input; `0` for none. Defaults to
             `0`.
         embedding_layernorm: bool. A LayerNorm on the summed embeddings before
-            the dropout, as BERT (seed 001) does. Defaults to `False`.
+            the dropout, as BERT does. Defaults to `False`.
         embedding: a `keras.layers.Embedding(input_vocab_size, d_model)` to use
             (and share) instead of a new one; not part of the config, so the
             owner that shares it must rebuild the sharing. Defaults to `None`.
@@ -120,16 +154,33 @@ class Encoder(MaskByKeyword, TransformerStack):
     Example:
     >>> enc = Encoder(num_layers=2, d_model=512, num_heads=8, dff=2048,
     ...               input_vocab_size=8500, maximum_position_encoding=25)
-    >>> enc(tf.zeros((64, 25), tf.int32)).shape
-    TensorShape([64, 25, 512])
+    >>> tuple(enc(np.zeros((64, 25), "int32")).shape)
+    (64, 25, 512)
     """
-
-    LAYER, LAYERS, VOCAB = EncoderLayer, "enc_layers", "input_vocab_size"
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
                  maximum_position_encoding, **options):
+        _config.check_positive_int("input_vocab_size", input_vocab_size)
         super().__init__(num_layers, d_model, num_heads, dff, input_vocab_size,
                          maximum_position_encoding, **options)
+        self.input_vocab_size = input_vocab_size
+        self.enc_layers = [
+            EncoderLayer(d_model, num_heads, dff, self.rate, norm_first=self.norm_first,
+                         activation=self.activation, dtype=self.dtype_policy,
+                         name=f"encoder_layer{i + 1}")
+            for i in range(num_layers)
+        ]
+
+    @property
+    def vocab_size(self):
+        """The size of the source vocabulary, `input_vocab_size`."""
+        return self.input_vocab_size
+
+    def build(self, input_shape):
+        """Builds the embeddings and the layers for ids of shape `input_shape`."""
+        hidden_shape = self._build_embeddings(input_shape)
+        for layer in self.enc_layers:
+            layer.build(hidden_shape)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False,
              segment_ids=None):
@@ -150,4 +201,9 @@ class Encoder(MaskByKeyword, TransformerStack):
         return x
 
     def compute_mask(self, x, mask=None):
-        return keras.ops.not_equal(x, self.pad_token_idx)  # (B, S)
+        return ops.not_equal(x, self.pad_token_idx)  # (B, S)
+
+    def get_config(self):
+        config = super().get_config()
+        config["input_vocab_size"] = self.input_vocab_size
+        return config

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from keras_transformer import _config
 from keras_transformer.data.pipeline import padded_sources
-from keras_transformer.transformer import METHODS, check_generate_options
+from keras_transformer.generation import METHODS, check_generate_options
 
 VOCABULARY_FILES = ("source_vocab.txt", "target_vocab.txt")
 # The `generate` options an export fixes (sampling is left out: a served model

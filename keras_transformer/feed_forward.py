@@ -1,6 +1,8 @@
 """Position-wise feed-forward network, "Attention Is All You Need" eq. 2.
 
     FFN(x) = act(x W_1 + b_1) W_2 + b_2     (act = ReLU in the paper)
+
+Runs on every Keras backend.
 """
 
 import keras
@@ -27,8 +29,8 @@ def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
 
     Example:
     >>> ffn = point_wise_feed_forward_network(d_model=512, dff=2048)
-    >>> ffn(tf.zeros((64, 50, 512))).shape
-    TensorShape([64, 50, 512])
+    >>> tuple(ffn(np.zeros((64, 50, 512))).shape)
+    (64, 50, 512)
     """
     kwargs = _config.layer_kwargs("point_wise_feed_forward_network", kwargs)
     _config.check_model_args(d_model=d_model, dff=dff)

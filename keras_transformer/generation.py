@@ -1,25 +1,119 @@
-"""Autoregressive decoding loops: greedy, sampling and beam search.
+"""Autoregressive decoding: the loops, the strategies, and how a model drives them.
 
-Every loop is a `tf.while_loop` over static shapes (a `(batch, max_length)`
-token buffer written at the step index), so it traces once, compiles with XLA
-and runs on TPU; it stops as soon as every row has produced `<END>`.
+Every loop is one `keras.ops.while_loop` over static shapes (a
+`(batch, max_length)` token buffer written at the step index), so it traces
+once and compiles: XLA on TensorFlow, `jax.jit` on JAX; on PyTorch it runs
+eagerly. It stops as soon as every row has produced `<END>`.
 
 The loops know nothing about the model: they call
-`step_fn(tokens, index, state) -> (logits, state, cross_weights)`, where
-`tokens` `(N,)` are the ids at decoder position `index`, `logits` `(N, V)` are
-float32 scores for position `index + 1`, `state` is whatever the model carries
-between steps (its cache), and `cross_weights` is a list of
-`(N, heads, 1, S)` tensors (one per decoder layer) or an empty list.
+
+    step_fn(tokens, index, state) -> (logits, state, cross_weights)
+
+where `tokens` `(N,)` are the ids at decoder position `index`, `logits`
+`(N, V)` are float32 scores for position `index + 1`, `state` is whatever the
+model carries between steps (its key/value cache), and `cross_weights` is a
+list of `(N, heads, 1, S)` tensors (one per decoder layer) or an empty list.
+
+The strategies, one small piece each: `greedy_search` (with a `choose_fn`),
+`Sampler` (temperature, top-k, top-p), `beam_search` (GNMT length penalty),
+`mmi_rerank` (maximum mutual information). `decode` is what
+`Transformer.generate` compiles: it encodes once and builds the step function
+from the model's `encode`, `init_cache`, `decode_step` and `decode`.
+
+Runs on every Keras backend (`keras.ops` only, and `_backend` for the random
+draw of sampling).
 """
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
+
+from keras_transformer import _backend, _config
+
+METHODS = ("greedy", "beam", "sample", "mmi")
+BEAM_METHODS = ("beam", "mmi")
+# lambda of method="mmi", chosen on ChatbotData's validation split (see
+# benchmarks/RESULTS.md).
+MMI_WEIGHT = 0.1
+
+
+def check_generate_options(method="greedy", beam_size=4, temperature=1.0, top_k=0, top_p=1.0,
+                           mmi_weight=MMI_WEIGHT, num_return_sequences=1,
+                           return_attention_weights=False, use_cache=True, jit_compile="auto",
+                           **ignored):
+    """Validates the decoding options of `Transformer.generate` (see there).
+
+    Raises:
+        ValueError: in the Keras message form, naming the argument and value.
+    """
+    _config.check_choice("method", method, METHODS)
+    _config.check_positive_int("beam_size", beam_size)
+    _config.check_non_negative_int("top_k", top_k)
+    if not temperature > 0:
+        raise ValueError(
+            "Received an invalid value for argument `temperature`, expected a "
+            f"float > 0. Received: temperature={temperature!r}"
+        )
+    if not 0 < top_p <= 1:
+        raise ValueError(
+            "Received an invalid value for argument `top_p`, expected a float "
+            f"in (0, 1]. Received: top_p={top_p!r}"
+        )
+    if return_attention_weights and method != "greedy":
+        raise ValueError(
+            "Received an invalid value for argument `return_attention_weights`: "
+            f"only method='greedy' returns weights. Received: method={method!r}"
+        )
+    _config.check_positive_int("num_return_sequences", num_return_sequences)
+    if num_return_sequences > 1 and (
+        method not in BEAM_METHODS or num_return_sequences > beam_size
+    ):
+        raise ValueError(
+            "Received an invalid value for argument `num_return_sequences`, expected 1, "
+            "or with method='beam' or 'mmi' at most beam_size. Received: "
+            f"num_return_sequences={num_return_sequences}, method={method!r}, "
+            f"beam_size={beam_size}"
+        )
+    if not mmi_weight >= 0:
+        raise ValueError(
+            "Received an invalid value for argument `mmi_weight`, expected a float "
+            f">= 0. Received: mmi_weight={mmi_weight!r}"
+        )
+    # TensorFlow's XLA bridge does not compile the random draw of sampling.
+    xla_sampling = (jit_compile is True and method == "sample"
+                    and _backend.BACKEND == "tensorflow")
+    if jit_compile not in (True, False, "auto") or xla_sampling:
+        raise ValueError(
+            "Received an invalid value for argument `jit_compile`, expected True, False "
+            "or 'auto' (on TensorFlow, XLA cannot compile the random draw of "
+            f"method='sample'). Received: jit_compile={jit_compile!r}, method={method!r}"
+        )
+    if not use_cache and method in BEAM_METHODS:
+        raise ValueError(
+            "Received an invalid value for argument `use_cache`: beam search "
+            f"always uses the cache. Received: use_cache=False, method={method!r}"
+        )
+
+
+def resolve_jit_compile(jit_compile, method):
+    """`"auto"` -> whether the decoding loop is compiled: always on JAX; on
+    TensorFlow except for sampling (whose draw XLA does not compile); never
+    on PyTorch, where `torch.compile` takes minutes (benchmarks/RESULTS.md)."""
+    if jit_compile != "auto":
+        return jit_compile
+    if _backend.BACKEND == "torch":
+        return False
+    return _backend.BACKEND != "tensorflow" or method != "sample"
 
 
 def _write_column(buffer, index, column):
     """Writes `column` `(B, ...)` into `buffer` `(B, L, ...)` at step `index`."""
     start = [0, index] + [0] * (len(buffer.shape) - 2)
-    return keras.ops.slice_update(buffer, start, tf.expand_dims(column, 1))
+    return ops.slice_update(buffer, start, ops.expand_dims(column, 1))
+
+
+def _int32(value):
+    return ops.convert_to_tensor(value, "int32")
 
 
 def greedy_search(
@@ -41,7 +135,7 @@ def greedy_search(
         batch_size: scalar int. Number of rows B.
         max_length: int. Most tokens to generate, L.
         start_token_idx, end_token_idx, pad_token_idx: int. Special ids.
-        choose_fn: `(logits (B, V), index) -> ids (B,)`, e.g. a sampler.
+        choose_fn: `(logits (B, V), index) -> ids (B,)`, e.g. a `Sampler`.
             Defaults to the arg-max.
         weight_buffers: list of zero tensors `(B, heads, L, S)` to collect the
             cross-attention weights of every step into, or `None`.
@@ -53,68 +147,73 @@ def greedy_search(
     if choose_fn is None:
 
         def choose_fn(logits, index):
-            return tf.argmax(logits, -1, output_type=tf.int32)
+            return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
     collect = weight_buffers is not None
-    tokens = tf.fill((batch_size, max_length), tf.cast(pad_token_idx, tf.int32))
-    finished = tf.zeros((batch_size,), tf.bool)
-    current = tf.fill((batch_size,), tf.cast(start_token_idx, tf.int32))
+    tokens = ops.full((batch_size, max_length), pad_token_idx, "int32")
+    finished = ops.zeros((batch_size,), "bool")
+    current = ops.full((batch_size,), start_token_idx, "int32")
+    padding = ops.full((batch_size,), pad_token_idx, "int32")
     weights = weight_buffers if collect else []
 
     def cond(index, current, tokens, finished, state, weights):
-        return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
+        return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
     def body(index, current, tokens, finished, state, weights):
         logits, state, cross = step_fn(current, index, state)  # (B, V)
-        next_token = choose_fn(logits, index)  # (B,)
-        next_token = tf.where(finished, pad_token_idx, next_token)
+        next_token = ops.where(finished, padding, choose_fn(logits, index))  # (B,)
         tokens = _write_column(tokens, index, next_token)  # (B, L)
-        finished = tf.logical_or(finished, tf.equal(next_token, end_token_idx))
+        finished = ops.logical_or(finished, ops.equal(next_token, end_token_idx))
         if collect:
             weights = [
-                keras.ops.slice_update(buffer, [0, 0, index, 0], tf.cast(w, buffer.dtype))
+                ops.slice_update(buffer, [0, 0, index, 0], ops.cast(w, buffer.dtype))
                 for buffer, w in zip(weights, cross)
             ]  # each (B, H, L, S)
         return index + 1, next_token, tokens, finished, state, weights
 
-    n, _, tokens, _, _, weights = tf.while_loop(
-        cond, body, (tf.constant(0), current, tokens, finished, state, weights)
+    n, _, tokens, _, _, weights = ops.while_loop(
+        cond, body, (_int32(0), current, tokens, finished, state, weights)
     )
     return tokens, n, (weights if collect else None)
 
 
-def sampler(temperature, top_k, top_p, seed):
-    """A `choose_fn` drawing from softmax(logits / temperature).
+class Sampler:
+    """A `choose_fn` for `greedy_search` drawing from softmax(logits / temperature).
 
     Args:
         temperature: scalar float tensor > 0.
         top_k: int. Keep only the `top_k` highest logits; `0` keeps all.
         top_p: scalar float tensor in (0, 1]. Keep the smallest set of tokens
             whose probability mass reaches `top_p` (nucleus sampling).
-        seed: scalar int tensor. The draw at step t uses the stateless seed
+        seed: scalar int tensor. The draw at step t depends only on
             `(seed, t)`, so the same seed gives the same samples.
     """
 
-    def choose(logits, index):
-        logits = logits / temperature  # (B, V)
-        if top_k:
-            kth = tf.math.top_k(logits, top_k).values[:, -1:]  # (B, 1)
-            logits = tf.where(logits < kth, -float("inf"), logits)
-        sorted_logits = tf.sort(logits, direction="DESCENDING")  # (B, V)
-        mass_before = tf.cumsum(tf.nn.softmax(sorted_logits), axis=-1, exclusive=True)
-        kept = tf.where(mass_before < top_p, sorted_logits, float("inf"))
-        threshold = tf.reduce_min(kept, axis=-1, keepdims=True)  # (B, 1)
-        logits = tf.where(logits < threshold, -float("inf"), logits)
-        step_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
-        draw = tf.random.stateless_categorical(logits, 1, step_seed, dtype=tf.int32)
-        return draw[:, 0]  # (B,)
+    def __init__(self, temperature, top_k, top_p, seed):
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.seed = seed
 
-    return choose
+    def __call__(self, logits, index):
+        logits = logits / self.temperature  # (B, V)
+        if self.top_k:
+            kth = ops.top_k(logits, self.top_k)[0][:, -1:]  # (B, 1)
+            logits = ops.where(logits < kth, -np.inf, logits)
+        sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)  # (B, V), descending
+        probs = ops.softmax(sorted_logits, axis=-1)
+        mass_before = ops.concatenate(
+            [ops.zeros_like(probs[:, :1]), ops.cumsum(probs[:, :-1], axis=-1)], axis=-1
+        )  # (B, V): the mass of the tokens ranked above each one
+        kept = ops.where(mass_before < self.top_p, sorted_logits, np.inf)
+        threshold = ops.min(kept, axis=-1, keepdims=True)  # (B, 1)
+        logits = ops.where(logits < threshold, -np.inf, logits)
+        return _backend.stateless_categorical(logits, self.seed, index)  # (B,)
 
 
 def length_penalty_fn(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha (Wu et al., 2016)."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
 
 
 def beam_search(
@@ -155,48 +254,215 @@ def beam_search(
         their log-probabilities; only the first `n` columns were generated.
     """
     K, V = beam_size, vocab_size
-    neg_inf = -float("inf")
-    seqs = tf.fill((batch_size, K, max_length), tf.cast(pad_token_idx, tf.int32))
+    seqs = ops.full((batch_size * K, max_length), pad_token_idx, "int32")  # (B*K, L)
     # Beams 1..K-1 start at -inf so that step 0 expands beam 0 only.
-    first = tf.concat([[0.0], tf.fill([K - 1], neg_inf)], axis=0)
-    log_probs = tf.tile(first[tf.newaxis], [batch_size, 1])  # (B, K)
-    finished = tf.zeros((batch_size, K), tf.bool)
-    lengths = tf.zeros((batch_size, K), tf.int32)
-    current = tf.fill((batch_size * K,), tf.cast(start_token_idx, tf.int32))
-    pad_only = tf.one_hot(pad_token_idx, V, on_value=0.0, off_value=neg_inf)  # (V,)
-    row_offsets = tf.range(batch_size)[:, tf.newaxis] * K  # (B, 1)
+    first = np.array([0.0] + [-np.inf] * (K - 1), np.float32)
+    log_probs = ops.broadcast_to(ops.convert_to_tensor(first), (batch_size, K))  # (B, K)
+    finished = ops.zeros((batch_size, K), "bool")
+    lengths = ops.zeros((batch_size, K), "int32")
+    current = ops.full((batch_size * K,), start_token_idx, "int32")
+    pad_only = np.full((V,), -np.inf, np.float32)
+    pad_only[pad_token_idx] = 0.0  # an ended hypothesis proposes only <PAD>
+    row_offsets = ops.arange(batch_size, dtype="int32")[:, None] * K  # (B, 1)
 
     def cond(index, current, seqs, log_probs, finished, lengths, state):
-        return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
+        return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
     def body(index, current, seqs, log_probs, finished, lengths, state):
         logits, state, _ = step_fn(current, index, state)  # (B*K, V)
-        step_log_probs = tf.reshape(tf.nn.log_softmax(logits), (-1, K, V))  # (B, K, V)
-        candidates = log_probs[:, :, tf.newaxis] + step_log_probs  # (B, K, V)
-        # An ended hypothesis proposes only <PAD>, keeping its log-probability.
-        candidates = tf.where(
-            finished[:, :, tf.newaxis], log_probs[:, :, tf.newaxis] + pad_only, candidates
-        )
-        new_lengths = tf.where(finished, lengths, index + 1)  # (B, K)
-        scores = candidates / length_penalty_fn(new_lengths, length_penalty)[:, :, tf.newaxis]
-        _, top = tf.math.top_k(tf.reshape(scores, (-1, K * V)), K)  # (B, K)
-        parent = top // V  # (B, K)
-        token = top % V  # (B, K)
+        step_log_probs = ops.reshape(ops.log_softmax(logits, axis=-1), (-1, K, V))  # (B, K, V)
+        candidates = ops.where(
+            finished[:, :, None], pad_only, step_log_probs
+        ) + log_probs[:, :, None]  # (B, K, V)
+        new_lengths = ops.where(finished, lengths, index + 1)  # (B, K)
+        scores = candidates / length_penalty_fn(new_lengths, length_penalty)[:, :, None]
+        _, top = ops.top_k(ops.reshape(scores, (-1, K * V)), K)  # (B, K)
+        parent = ops.floor_divide(top, V)  # (B, K)
+        token = ops.cast(ops.mod(top, V), "int32")  # (B, K)
+        rows = ops.reshape(ops.cast(parent, "int32") + row_offsets, (-1,))  # (B*K,)
 
-        log_probs = tf.gather(tf.reshape(candidates, (-1, K * V)), top, batch_dims=1)
-        finished = tf.logical_or(
-            tf.gather(finished, parent, batch_dims=1), tf.equal(token, end_token_idx)
-        )
-        lengths = tf.gather(new_lengths, parent, batch_dims=1)
-        seqs = tf.gather(seqs, parent, batch_dims=1)  # (B, K, L)
-        seqs = keras.ops.slice_update(seqs, [0, 0, index], token[:, :, tf.newaxis])
-        state = gather_state_fn(state, tf.reshape(parent + row_offsets, [-1]))
-        return index + 1, tf.reshape(token, [-1]), seqs, log_probs, finished, lengths, state
+        log_probs = ops.take_along_axis(ops.reshape(candidates, (-1, K * V)), top, axis=1)
+        finished = ops.logical_or(
+            ops.take_along_axis(finished, parent, axis=1), ops.equal(token, end_token_idx)
+        )  # (B, K)
+        lengths = ops.take_along_axis(new_lengths, parent, axis=1)  # (B, K)
+        token = ops.reshape(token, (-1,))  # (B*K,)
+        seqs = _write_column(ops.take(seqs, rows, axis=0), index, token)  # (B*K, L)
+        state = gather_state_fn(state, rows)
+        return index + 1, token, seqs, log_probs, finished, lengths, state
 
-    n, _, seqs, log_probs, _, _, _ = tf.while_loop(
+    n, _, seqs, log_probs, _, _, _ = ops.while_loop(
         cond,
         body,
-        (tf.constant(0), current, seqs, log_probs, finished, lengths, state),
+        (_int32(0), current, seqs, log_probs, finished, lengths, state),
     )
     # top_k sorts, so the beams are in order of score, best first.
-    return seqs, log_probs, n
+    return ops.reshape(seqs, (batch_size, K, max_length)), log_probs, n
+
+
+def mmi_rerank(tokens, log_probs, prior_log_probs, weight):
+    """Orders each row's hypotheses by `log p(T|S) - weight * log p(T)`.
+
+    Maximum mutual information (Li et al., 2016): `p(T)`, the probability of
+    the answer whatever the source, demotes answers that fit any input.
+
+    Args:
+        tokens: int32 `(B, K, L)`. Hypotheses from `beam_search`.
+        log_probs: float32 `(B, K)`. Their `log p(T|S)`.
+        prior_log_probs: float32 `(B, K)`. Their `log p(T)`.
+        weight: scalar float tensor, lambda >= 0.
+
+    Returns:
+        `tokens` `(B, K, L)` reordered, best first.
+    """
+    batch_size, K = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    scores = log_probs - weight * prior_log_probs  # (B, K)
+    order = ops.cast(ops.argsort(-scores, axis=-1), "int32")  # (B, K), best first
+    rows = ops.reshape(order + ops.arange(batch_size, dtype="int32")[:, None] * K, (-1,))
+    flat = ops.reshape(tokens, (batch_size * K, -1))  # (B*K, L)
+    return ops.reshape(ops.take(flat, rows, axis=0), ops.shape(tokens))
+
+
+def special_token_penalty(vocab_size, pad_token_idx, start_token_idx, end_token_idx):
+    """float32 `(V,)`: -inf at `<PAD>` and `<SOS>`, 0 elsewhere, added to the logits.
+
+    They are never generated (a `<PAD>` inside an output could not be told
+    from the padding after `<END>`). A constant: nothing is recomputed per step.
+    """
+    penalty = np.zeros((vocab_size,), np.float32)
+    penalty[sorted({pad_token_idx, start_token_idx} - {end_token_idx})] = -np.inf
+    return penalty
+
+
+def answer_log_probs(model, tokens, src_len):
+    """log p(T | empty source) of generated rows `tokens` `(N, L)`.
+
+    The source is all `<PAD>`: every cross-attention row is masked, so the
+    decoder sees no input and scores how likely `T` is as an answer to
+    anything (the "anti-language model" of maximum-mutual-information
+    decoding, Li et al., 2016).
+
+    Returns:
+        float32 `(N,)`: the sum of the log-probabilities of the tokens of
+        each row, `<END>` included, `<PAD>` excluded.
+    """
+    rows = ops.shape(tokens)[0]
+    empty = ops.full((1, src_len), model.pad_token_idx, "int32")  # (1, S)
+    enc_output, padding_mask = model.encode(empty)
+    enc_output = ops.repeat(enc_output, rows, axis=0)  # (N, S, d_model)
+    padding_mask = ops.repeat(padding_mask, rows, axis=0)  # (N, 1, 1, S)
+    # Teacher forcing: <SOS> + T as the decoder input (<END> read as <PAD>).
+    dec_in = ops.concatenate(
+        [ops.full((rows, 1), model.start_token_idx, "int32"), tokens[:, :-1]], axis=1
+    )  # (N, L)
+    dec_in = ops.where(ops.equal(dec_in, model.end_token_idx), model.pad_token_idx, dec_in)
+    logits, _ = model.decode(dec_in, enc_output, padding_mask)  # (N, L, V)
+    log_probs = ops.log_softmax(logits, axis=-1)
+    token_log_probs = ops.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
+    real = ops.not_equal(tokens, model.pad_token_idx)  # (N, L)
+    return ops.sum(ops.where(real, token_log_probs, 0.0), axis=1)
+
+
+def _repeat_rows(cache, times):
+    """Every tensor of a `Decoder.init_cache` cache, each row repeated `times` times."""
+    return keras.tree.map_structure(lambda t: ops.repeat(t, times, axis=0), cache)
+
+
+def _gather_self_attention(cache, rows):
+    """The self-attention keys and values of rows `rows` (the beams' parents);
+    the cross-attention ones are the same for every beam of a source."""
+    return [
+        {"self": keras.tree.map_structure(lambda t: ops.take(t, rows, axis=0), layer["self"]),
+         "cross": layer["cross"]}
+        for layer in cache
+    ]
+
+
+def decode(
+    model,
+    inp,
+    temperature,
+    top_p,
+    length_penalty,
+    seed,
+    mmi_weight,
+    *,
+    method,
+    max_length,
+    beam_size,
+    top_k,
+    return_attention_weights,
+    use_cache,
+    num_return_sequences,
+):
+    """The body of `Transformer.generate`'s compiled function: encode once, then loop.
+
+    `model` provides `encode(inp) -> (enc_output, padding_mask)`,
+    `init_cache(enc_output, max_length)`, `decode_step(token, index, cache,
+    padding_mask) -> (logits, cache, cross_weights)`, `decode(tar, enc_output,
+    padding_mask) -> (logits, cross_weights)` (logits float32 with `<PAD>` and
+    `<SOS>` banned), its special ids, `target_vocab_size`, `num_layers` and
+    `num_heads`. The tensor arguments are those of `generate`; the keyword
+    ones are fixed in the compiled loop.
+
+    Returns:
+        `(tokens, n, weights)`: int32 `(B, L)` (or `(B, R, L)` with
+        `num_return_sequences` R > 1), the number of steps run, and a dict of
+        cross-attention weights `(B, heads, L, S)` (empty unless asked for).
+    """
+    batch_size = ops.shape(inp)[0]
+    enc_output, padding_mask = model.encode(inp)  # (B, S, d_model), (B, 1, 1, S)
+    if method in BEAM_METHODS:  # row b * K + k is beam k of source b
+        padding_mask = ops.repeat(padding_mask, beam_size, axis=0)  # (B*K, 1, 1, S)
+
+    def cached_step(tokens, index, cache):
+        return model.decode_step(tokens, index, cache, padding_mask)
+
+    def recompute_step(tokens, index, prefix):
+        prefix = _write_column(prefix, index, tokens)  # (N, L)
+        logits, cross = model.decode(prefix, enc_output, padding_mask)  # (N, L, V)
+        at_index = ops.expand_dims(index, 0)  # (1,)
+        cross = [ops.take(w, at_index, axis=2) for w in cross]  # each (N, H, 1, S)
+        return ops.take(logits, index, axis=1), prefix, cross  # (N, V)
+
+    if use_cache:
+        step, state = cached_step, model.init_cache(enc_output, max_length)
+        if method in BEAM_METHODS:  # encoder keys and values are projected once per source
+            state = _repeat_rows(state, beam_size)
+    else:
+        step = recompute_step
+        state = ops.full((batch_size, max_length), model.pad_token_idx, "int32")
+    specials = dict(
+        start_token_idx=model.start_token_idx,
+        end_token_idx=model.end_token_idx,
+        pad_token_idx=model.pad_token_idx,
+    )
+
+    if method in BEAM_METHODS:
+        tokens, log_probs, n = beam_search(
+            step, state, _gather_self_attention, batch_size, beam_size, max_length,
+            model.target_vocab_size, length_penalty=length_penalty, **specials,
+        )  # (B, K, L), best first
+        if method == "mmi":
+            prior = answer_log_probs(
+                model, ops.reshape(tokens, (-1, max_length)), ops.shape(inp)[1]
+            )  # (B*K,)
+            tokens = mmi_rerank(tokens, log_probs, ops.reshape(prior, (-1, beam_size)),
+                                mmi_weight)
+        if num_return_sequences == 1:
+            return tokens[:, 0], n, {}  # (B, L)
+        return tokens[:, :num_return_sequences], n, {}  # (B, R, L)
+
+    buffers = None
+    if return_attention_weights:
+        shape = (batch_size, model.num_heads, max_length, ops.shape(inp)[1])
+        buffers = [ops.zeros(shape, "float32") for _ in range(model.num_layers)]
+    choose = Sampler(temperature, top_k, top_p, seed) if method == "sample" else None
+    tokens, n, buffers = greedy_search(
+        step, state, batch_size, max_length, choose_fn=choose, weight_buffers=buffers,
+        **specials,
+    )
+    weights = {}
+    if buffers is not None:
+        weights = {f"decoder_layer{i + 1}_block2": w for i, w in enumerate(buffers)}
+    return tokens, n, weights

@@ -3,9 +3,11 @@ must NOT be attended to.
 
 Shapes broadcast against attention logits `(batch, heads, T_q, T_k)`:
 `create_padding_mask` -> `(B, 1, 1, S)`, `create_look_ahead_mask` -> `(T, T)`.
+Runs on every Keras backend (`keras.ops` only).
 """
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 
 def create_padding_mask(seq, pad_token_idx=0):
@@ -19,12 +21,12 @@ def create_padding_mask(seq, pad_token_idx=0):
         float32 tensor `(batch, 1, 1, seq_len)`: 1.0 at padding, 0.0 elsewhere.
 
     Example:
-    >>> create_padding_mask([[5, 7, 0]])[0, 0, 0].numpy()
+    >>> keras.ops.convert_to_numpy(create_padding_mask([[5, 7, 0]]))[0, 0, 0]
     array([0., 0., 1.], dtype=float32)
     """
-    seq = tf.convert_to_tensor(seq)
-    mask = tf.cast(tf.equal(seq, tf.cast(pad_token_idx, seq.dtype)), tf.float32)
-    return mask[:, tf.newaxis, tf.newaxis, :]  # (B, 1, 1, S)
+    seq = ops.convert_to_tensor(seq)
+    mask = ops.cast(ops.equal(seq, ops.cast(pad_token_idx, seq.dtype)), "float32")
+    return mask[:, None, None, :]  # (B, 1, 1, S)
 
 
 def create_look_ahead_mask(size):
@@ -37,12 +39,13 @@ def create_look_ahead_mask(size):
         float32 tensor `(size, size)`: 1.0 above the diagonal, 0.0 on and below.
 
     Example:
-    >>> create_look_ahead_mask(3).numpy()
+    >>> keras.ops.convert_to_numpy(create_look_ahead_mask(3))
     array([[0., 1., 1.],
            [0., 0., 1.],
            [0., 0., 0.]], dtype=float32)
     """
-    return 1.0 - tf.linalg.band_part(tf.ones((size, size)), -1, 0)  # (T, T)
+    positions = ops.arange(size)  # (T,)
+    return ops.cast(positions[None, :] > positions[:, None], "float32")  # (T, T)
 
 
 def create_masks(inp, tar, pad_token_idx=0):
@@ -62,10 +65,15 @@ def create_masks(inp, tar, pad_token_idx=0):
     """
     enc_padding_mask = create_padding_mask(inp, pad_token_idx)  # (B, 1, 1, S)
     dec_padding_mask = enc_padding_mask
-    look_ahead_mask = create_look_ahead_mask(tf.shape(tar)[1])  # (T, T)
+    look_ahead_mask = create_look_ahead_mask(ops.shape(tar)[1])  # (T, T)
     dec_target_padding_mask = create_padding_mask(tar, pad_token_idx)  # (B, 1, 1, T)
-    combined_mask = tf.maximum(dec_target_padding_mask, look_ahead_mask)  # (B, 1, T, T)
+    combined_mask = ops.maximum(dec_target_padding_mask, look_ahead_mask)  # (B, 1, T, T)
     return enc_padding_mask, combined_mask, dec_padding_mask
+
+
+def is_keras_mask(mask):
+    """Whether `mask` is a Keras boolean mask (True = keep), not an attention mask."""
+    return mask is not None and keras.backend.standardize_dtype(mask.dtype) == "bool"
 
 
 def as_attention_mask(mask):
@@ -75,6 +83,6 @@ def as_attention_mask(mask):
     `mask` argument; they become the tutorial's float `(B, 1, 1, S)` mask with
     1 = do not attend. Float masks and `None` pass through unchanged.
     """
-    if mask is None or mask.dtype != tf.bool:
+    if not is_keras_mask(mask):
         return mask
-    return tf.cast(tf.logical_not(mask), tf.float32)[:, tf.newaxis, tf.newaxis, :]
+    return ops.cast(ops.logical_not(mask), "float32")[:, None, None, :]

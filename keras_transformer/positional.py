@@ -5,7 +5,7 @@
 """
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 
 def get_angles(pos, i, d_model):
@@ -34,15 +34,15 @@ def positional_encoding(position, d_model):
         d_model: int. The model width.
 
     Returns:
-        float32 tensor `(1, position, d_model)`.
+        float32 tensor of the Keras backend `(1, position, d_model)`.
 
     Example:
-    >>> positional_encoding(50, 512).shape
-    TensorShape([1, 50, 512])
+    >>> tuple(positional_encoding(50, 512).shape)
+    (1, 50, 512)
     """
     angle_rads = get_angles(
         np.arange(position)[:, np.newaxis], np.arange(d_model)[np.newaxis, :], d_model
     )  # (position, d_model)
     angle_rads[:, 0::2] = np.sin(angle_rads[:, 0::2])  # 2i
     angle_rads[:, 1::2] = np.cos(angle_rads[:, 1::2])  # 2i + 1
-    return tf.constant(angle_rads[np.newaxis, ...], dtype=tf.float32)  # (1, P, D)
+    return ops.convert_to_tensor(angle_rads[np.newaxis, ...], dtype="float32")  # (1, P, D)

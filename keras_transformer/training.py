@@ -4,12 +4,14 @@ padding.
 The tutorial averages its loss over every position, padding included, so the
 reported loss shrinks as batches get more padded. Here the loss and the
 accuracy are means over the non-`<PAD>` target tokens only.
+
+Runs on every Keras backend.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer import _config
+from keras_transformer import _backend, _config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -61,9 +63,9 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return float(self.peak_learning_rate)
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32) + 1.0
+        step = ops.cast(step, "float32") + 1.0
         warmup = float(self.warmup_steps)
-        return self.peak * tf.minimum(tf.sqrt(warmup / step), step / warmup)
+        return self.peak * ops.minimum(ops.sqrt(warmup / step), step / warmup)
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
@@ -73,21 +75,20 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def _non_pad_mean(values, y_true, pad_token_idx, replica_share):
     """Mean of `values` `(B, T)` over the positions where `y_true` is not pad.
 
-    Under a `tf.distribute` strategy with N replicas each replica holds a
-    slice of the global batch, and the mean is taken over the tokens of the
-    whole global batch (the slices may hold different numbers of tokens):
-    with `replica_share`, this replica's share of it (the shares add up to
-    the mean, as a loss must: Keras sums the replicas' gradients); otherwise
-    N times the share (Keras averages metric values over the replicas).
+    Under a TensorFlow `tf.distribute` strategy with N replicas each replica
+    holds a slice of the global batch, and the mean is taken over the tokens
+    of the whole global batch (the slices may hold different numbers of
+    tokens): with `replica_share`, this replica's share of it (the shares add
+    up to the mean, as a loss must: Keras sums the replicas' gradients);
+    otherwise N times the share (Keras averages metric values over the
+    replicas). JAX and PyTorch see the global batch at once (N = 1).
     """
-    mask = tf.cast(tf.not_equal(y_true, pad_token_idx), tf.float32)
-    total, count = tf.reduce_sum(values * mask), tf.reduce_sum(mask)
-    context = tf.distribute.get_replica_context()
-    if context is not None and context.num_replicas_in_sync > 1:
-        count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-        if not replica_share:
-            total = total * context.num_replicas_in_sync
-    return tf.math.divide_no_nan(total, count)
+    mask = ops.cast(ops.not_equal(y_true, pad_token_idx), "float32")
+    total, count = ops.sum(values * mask), ops.sum(mask)
+    count, replicas = _backend.replica_token_count(count)
+    if not replica_share:
+        total = total * replicas
+    return ops.divide_no_nan(total, count)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -104,16 +105,16 @@ def masked_loss(y_true, y_pred, label_smoothing=0.0, pad_token_idx=0):
         pad_token_idx: int. Targets equal to it are ignored. Defaults to `0`.
 
     Returns:
-        Scalar float32 loss. Under a `tf.distribute` strategy with several
-        replicas: this replica's share of the mean over the global batch's
+        Scalar float32 loss. Under a TensorFlow `tf.distribute` strategy with
+        several replicas: this replica's share of the mean over the global batch's
         tokens (the replicas' values add up to it).
     """
     label_smoothing = _config.check_rate("label_smoothing", label_smoothing)
-    y_true = tf.cast(y_true, tf.int32)
-    logits = tf.cast(y_pred, tf.float32)
-    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(y_true, logits)  # (B, T)
+    y_true = ops.cast(y_true, "int32")
+    logits = ops.cast(y_pred, "float32")
+    loss = ops.sparse_categorical_crossentropy(y_true, logits, from_logits=True)  # (B, T)
     if label_smoothing:
-        uniform = -tf.reduce_mean(tf.nn.log_softmax(logits), axis=-1)  # (B, T)
+        uniform = -ops.mean(ops.log_softmax(logits, axis=-1), axis=-1)  # (B, T)
         loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
     return _non_pad_mean(loss, y_true, pad_token_idx, replica_share=True)
 
@@ -128,7 +129,7 @@ class MaskedLoss(keras.losses.Loss):
 
     Example:
     >>> loss = MaskedLoss(label_smoothing=0.1)  # model.compile(optimizer, loss=loss)
-    >>> round(float(loss([[5, 2, 0]], tf.one_hot([[5, 2, 7]], 8) * 20.0)), 2)
+    >>> round(float(loss([[5, 2, 0]], np.eye(8)[[[5, 2, 7]]] * 20.0)), 2)
     1.75
     """
 
@@ -160,9 +161,9 @@ def masked_accuracy(y_true, y_pred, pad_token_idx=0):
     Returns:
         Scalar float32 accuracy.
     """
-    y_true = tf.cast(y_true, tf.int32)
-    predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
-    return _non_pad_mean(tf.cast(tf.equal(y_true, predicted), tf.float32), y_true,
+    y_true = ops.cast(y_true, "int32")
+    predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+    return _non_pad_mean(ops.cast(ops.equal(y_true, predicted), "float32"), y_true,
                          pad_token_idx, replica_share=False)
 
 
@@ -176,7 +177,7 @@ class MaskedAccuracy(keras.metrics.MeanMetricWrapper):
 
     Example:
     >>> metric = MaskedAccuracy(pad_token_idx=5)
-    >>> metric.update_state([[7, 8, 5]], tf.one_hot([[7, 9, 5]], 10))
+    >>> metric.update_state([[7, 8, 5]], np.eye(10)[[[7, 9, 5]]])
     >>> float(metric.result())
     0.5
     """

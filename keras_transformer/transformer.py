@@ -1,96 +1,23 @@
 """The tutorial's `Transformer`: encoder, decoder and output projection as a
 `keras.Model`, with compiled batched decoding (`generate`) and the tutorial's
 one-sentence `inference`.
+
+Runs on every Keras backend. The decoding loops and strategies live in
+`generation`; the model gives them its `encode`, `init_cache`, `decode_step`
+and `decode`.
 """
 
+import functools
 import random
 
 import keras
-import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from keras_transformer import _config, generation
-from keras_transformer._compat import MultiWorkerFit
+from keras_transformer import _backend, _config, generation
 from keras_transformer._stack import TransformerStack
 from keras_transformer.decoder import Decoder
 from keras_transformer.encoder import Encoder
 from keras_transformer.masking import create_masks, create_padding_mask
-
-METHODS = ("greedy", "beam", "sample", "mmi")
-BEAM_METHODS = ("beam", "mmi")
-# lambda of method="mmi", chosen on ChatbotData's validation split (see
-# benchmarks/RESULTS.md).
-MMI_WEIGHT = 0.1
-
-
-def check_generate_options(method="greedy", beam_size=4, temperature=1.0, top_k=0, top_p=1.0,
-                           mmi_weight=MMI_WEIGHT, num_return_sequences=1,
-                           return_attention_weights=False, use_cache=True, jit_compile="auto",
-                           **ignored):
-    """Validates the decoding options of `Transformer.generate` (see there).
-
-    Raises:
-        ValueError: in the Keras message form, naming the argument and value.
-    """
-    _config.check_choice("method", method, METHODS)
-    _config.check_positive_int("beam_size", beam_size)
-    _config.check_non_negative_int("top_k", top_k)
-    if not temperature > 0:
-        raise ValueError(
-            "Received an invalid value for argument `temperature`, expected a "
-            f"float > 0. Received: temperature={temperature!r}"
-        )
-    if not 0 < top_p <= 1:
-        raise ValueError(
-            "Received an invalid value for argument `top_p`, expected a float "
-            f"in (0, 1]. Received: top_p={top_p!r}"
-        )
-    if return_attention_weights and method != "greedy":
-        raise ValueError(
-            "Received an invalid value for argument `return_attention_weights`: "
-            f"only method='greedy' returns weights. Received: method={method!r}"
-        )
-    _config.check_positive_int("num_return_sequences", num_return_sequences)
-    if num_return_sequences > 1 and (
-        method not in BEAM_METHODS or num_return_sequences > beam_size
-    ):
-        raise ValueError(
-            "Received an invalid value for argument `num_return_sequences`, expected 1, "
-            "or with method='beam' or 'mmi' at most beam_size. Received: "
-            f"num_return_sequences={num_return_sequences}, method={method!r}, "
-            f"beam_size={beam_size}"
-        )
-    if not mmi_weight >= 0:
-        raise ValueError(
-            "Received an invalid value for argument `mmi_weight`, expected a float "
-            f">= 0. Received: mmi_weight={mmi_weight!r}"
-        )
-    if jit_compile not in (True, False, "auto") or (jit_compile is True and method == "sample"):
-        raise ValueError(
-            "Received an invalid value for argument `jit_compile`, expected True, False "
-            "or 'auto' (XLA cannot compile the random draw of method='sample'). "
-            f"Received: jit_compile={jit_compile!r}, method={method!r}"
-        )
-    if not use_cache and method in BEAM_METHODS:
-        raise ValueError(
-            "Received an invalid value for argument `use_cache`: beam search "
-            f"always uses the cache. Received: use_cache=False, method={method!r}"
-        )
-
-
-def _map_cache_rows(cache, fn, cross=True):
-    """Applies `fn` to the per-row tensors of a `Decoder.init_cache` cache:
-    the self-attention keys and values, and the cross-attention ones when
-    `cross`; the joined projections (`"kernel"`, `"bias"`) are shared by all
-    rows and kept as they are."""
-    return [
-        {
-            "self": {**layer["self"], "key": fn(layer["self"]["key"]),
-                     "value": fn(layer["self"]["value"])},
-            "cross": tf.nest.map_structure(fn, layer["cross"]) if cross else layer["cross"],
-        }
-        for layer in cache
-    ]
 
 
 class _TiedOutputProjection(keras.layers.Layer):
@@ -105,8 +32,8 @@ class _TiedOutputProjection(keras.layers.Layer):
             self.embedding.build(input_shape[:-1])
 
     def call(self, x):
-        kernel = tf.cast(self.embedding.embeddings, x.dtype)  # (V, d_model)
-        return tf.einsum("btd,vd->btv", x, kernel)  # (B, T, V)
+        kernel = ops.cast(self.embedding.embeddings, x.dtype)  # (V, d_model)
+        return ops.einsum("btd,vd->btv", x, kernel)  # (B, T, V)
 
 
 class _FunctionCache:
@@ -122,10 +49,12 @@ class _FunctionCache:
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(MultiWorkerFit, keras.Model):
+class Transformer(_backend.TrainerMixin, keras.Model):
     """Encoder-decoder Transformer of "Attention Is All You Need".
 
     `Transformer(**kargs)` with the tutorial's config dict works unchanged.
+    Runs on every Keras backend (TensorFlow, JAX, PyTorch): the same weights
+    give the same logits and the same `generate` tokens on each.
 
     Args:
         num_layers: int. Encoder and decoder layers (each).
@@ -171,8 +100,9 @@ class Transformer(MultiWorkerFit, keras.Model):
     ...          "target_vocab_size": 8000, "maximum_position_encoding": 25,
     ...          "end_token_idx": 2, "rate": 0.1}
     >>> model = Transformer(**kargs)
-    >>> model((tf.ones((2, 25), tf.int32), tf.ones((2, 25), tf.int32))).shape
-    TensorShape([2, 25, 8000])
+    >>> ids = np.ones((2, 25), "int32")
+    >>> tuple(model((ids, ids)).shape)
+    (2, 25, 8000)
     """
 
     CONFIG = (*TransformerStack.CONFIG, "input_vocab_size", "target_vocab_size",
@@ -227,7 +157,7 @@ class Transformer(MultiWorkerFit, keras.Model):
                 target_vocab_size, dtype=self.dtype_policy, name="final_layer"
             )
         # One compiled decoding loop per (method, static options); kept out of
-        # TF object tracking so that `tf.saved_model.save` ignores it.
+        # object tracking (so that `tf.saved_model.save` ignores it).
         self._generate_fns = _FunctionCache()
 
     def build(self, input_shape):
@@ -247,51 +177,56 @@ class Transformer(MultiWorkerFit, keras.Model):
         dec_output, dec_weights = self.decoder(
             tar, enc_output, combined_mask, dec_padding_mask, training=training
         )  # (B, T, d_model)
-        logits = tf.cast(self.final_layer(dec_output), tf.float32)  # (B, T, V)
+        logits = ops.cast(self.final_layer(dec_output), "float32")  # (B, T, V)
         if return_attention_weights:
             return logits, {**enc_weights, **dec_weights}
         return logits
 
-    def _next_token_logits(self, hidden):
-        """float32 logits `(N, V)` for hidden states `(N, 1, d_model)`."""
-        return self._ban_specials(self.final_layer(hidden)[:, 0])  # (N, V)
+    # The decoding interface that `generation` drives (Flax WMT's encode /
+    # decode split): the encoder once per source, then the decoder.
 
-    def _ban_specials(self, logits):
-        """float32 logits `(..., V)` with `<PAD>` and `<SOS>` at -inf: they are
-        never generated (a `<PAD>` inside an output could not be told from the
-        padding after `<END>`)."""
-        banned = sorted({self.pad_token_idx, self.start_token_idx} - {self.end_token_idx})
-        penalty = np.zeros(self.target_vocab_size, np.float32)
-        penalty[banned] = -np.inf  # a constant: nothing is recomputed per step
-        return tf.cast(logits, tf.float32) + penalty
+    def encode(self, inp):
+        """Source ids `(B, S)` -> `(enc_output (B, S, d_model), padding_mask (B, 1, 1, S))`."""
+        padding_mask = create_padding_mask(inp, self.pad_token_idx)  # (B, 1, 1, S)
+        return self.encoder(inp, padding_mask, training=False), padding_mask
 
-    def _unconditional_log_probs(self, tokens, src_len):
-        """log p(T | empty source) of generated rows `tokens` `(N, L)`.
+    def init_cache(self, enc_output, max_length):
+        """The decoder's key/value cache for `max_length` steps (`Decoder.init_cache`)."""
+        return self.decoder.init_cache(enc_output, max_length)
 
-        The source is all `<PAD>`: every cross-attention row is masked, so the
-        decoder sees no input and scores how likely `T` is as an answer to
-        anything (the "anti-language model" of maximum-mutual-information
-        decoding, Li et al., 2016).
+    def decode_step(self, token, index, cache, padding_mask):
+        """One cached decoding step for the ids `token` `(N,)` at position `index`.
 
         Returns:
-            float32 `(N,)`: the sum of the log-probabilities of the tokens of
-            each row, `<END>` included, `<PAD>` excluded.
+            `(logits (N, V) float32, cache, cross_weights)`: `<PAD>` and `<SOS>`
+            are banned from the logits (`generation.special_token_penalty`);
+            `cross_weights` is every layer's `(N, heads, 1, S)`.
         """
-        rows = tf.shape(tokens)[0]
-        empty = tf.fill((1, src_len), self.pad_token_idx)  # (1, S)
-        mask = create_padding_mask(empty, self.pad_token_idx)  # (1, 1, 1, S)
-        enc_output = tf.repeat(self.encoder(empty, mask, training=False), rows, axis=0)
-        mask = tf.repeat(mask, rows, axis=0)  # (N, 1, 1, S)
-        # Teacher forcing: <SOS> + T as the decoder input (<END> read as <PAD>).
-        dec_in = tf.concat(
-            [tf.fill((rows, 1), self.start_token_idx), tokens[:, :-1]], axis=1
-        )  # (N, L)
-        dec_in = tf.where(dec_in == self.end_token_idx, self.pad_token_idx, dec_in)
-        dec_output, _ = self.decoder(dec_in, enc_output, None, mask, training=False)
-        log_probs = tf.nn.log_softmax(self._ban_specials(self.final_layer(dec_output)))
-        token_log_probs = tf.gather(log_probs, tokens, batch_dims=2)  # (N, L)
-        real = tokens != self.pad_token_idx
-        return tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)
+        dec_output, weights, cache = self.decoder(
+            token[:, None], None, None, padding_mask, training=False, cache=cache,
+            cache_index=index,
+        )  # (N, 1, d_model)
+        logits = self._ban_specials(self.final_layer(dec_output)[:, 0])  # (N, V)
+        return logits, cache, self._cross_weights(weights)
+
+    def decode(self, tar, enc_output, padding_mask):
+        """The decoder over whole sequences `tar` `(N, T)`, without a cache.
+
+        Returns:
+            `(logits (N, T, V) float32, cross_weights)`, `<PAD>` and `<SOS>`
+            banned; `cross_weights` is every layer's `(N, heads, T, S)`.
+        """
+        dec_output, weights = self.decoder(tar, enc_output, None, padding_mask, training=False)
+        return self._ban_specials(self.final_layer(dec_output)), self._cross_weights(weights)
+
+    def _ban_specials(self, logits):
+        penalty = generation.special_token_penalty(
+            self.target_vocab_size, self.pad_token_idx, self.start_token_idx, self.end_token_idx
+        )
+        return ops.add(ops.cast(logits, "float32"), penalty)
+
+    def _cross_weights(self, weights):
+        return [weights[f"decoder_layer{i + 1}_block2"] for i in range(self.num_layers)]
 
     def generate(
         self,
@@ -308,7 +243,7 @@ class Transformer(MultiWorkerFit, keras.Model):
         jit_compile="auto",
         use_cache=True,
         num_return_sequences=1,
-        mmi_weight=MMI_WEIGHT,
+        mmi_weight=generation.MMI_WEIGHT,
     ):
         """Batched autoregressive decoding in one compiled loop.
 
@@ -337,13 +272,17 @@ class Transformer(MultiWorkerFit, keras.Model):
             return_attention_weights: bool. `"greedy"` only: also return a dict
                 `{"decoder_layer{i}_block2": (B, heads, n, S)}` of the
                 cross-attention of every generated step.
-            jit_compile: bool or `"auto"`. `True` compiles the loop with XLA:
-                one compilation per input shape (2-3 s on 2 CPU cores for
-                the tutorial's model), then faster per token than TensorFlow's
-                graph (`benchmarks/bench_decode_peers.py`). `False` runs the
-                loop as a TensorFlow graph. `"auto"` is `True` except for
-                `"sample"`, whose random draw XLA does not compile. Defaults
-                to `"auto"`.
+            jit_compile: bool or `"auto"`. On TensorFlow, `True` compiles the
+                loop with XLA: one compilation per input shape (2-3 s on 2
+                CPU cores for the tutorial's model), then faster per token
+                than TensorFlow's graph (`benchmarks/bench_decode_peers.py`);
+                `False` runs the loop as a TensorFlow graph; `"auto"` is
+                `True` except for `"sample"`, whose random draw XLA does not
+                compile. On JAX, `"auto"` and `True` compile with `jax.jit`
+                (one compilation per input shape and option set). On
+                PyTorch, `True` compiles it with `torch.compile` (minutes
+                per input shape, then faster per token); `"auto"` and
+                `False` run it eagerly. Defaults to `"auto"`.
             use_cache: bool. Decode with the key/value cache; `False`
                 re-runs the decoder over the whole prefix at every step (slow;
                 `"greedy"` and `"sample"` only). Defaults to `True`.
@@ -351,7 +290,7 @@ class Transformer(MultiWorkerFit, keras.Model):
                 many hypotheses per row (at most `beam_size`), best first, as
                 `(B, num_return_sequences, n)`. Defaults to `1`.
             mmi_weight: float >= 0. lambda of `"mmi"`; `0` ranks by
-                `log p(T|S)` alone. Defaults to `MMI_WEIGHT`.
+                `log p(T|S)` alone. Defaults to `generation.MMI_WEIGHT`.
 
         Returns:
             int32 `(B, n)`: the tokens after `<SOS>`, `<END>` included when
@@ -364,8 +303,8 @@ class Transformer(MultiWorkerFit, keras.Model):
         >>> model = Transformer(num_layers=1, d_model=16, num_heads=2, dff=32,
         ...                     input_vocab_size=20, target_vocab_size=20,
         ...                     maximum_position_encoding=8)
-        >>> tokens = model.generate(tf.constant([[5, 6, 7, 0]]), method="beam")
-        >>> tokens.dtype.name, tokens.shape[0], tokens.shape[1] <= 8
+        >>> tokens = model.generate(np.array([[5, 6, 7, 0]]), method="beam")
+        >>> keras.backend.standardize_dtype(tokens.dtype), tokens.shape[0], tokens.shape[1] <= 8
         ('int32', 1, True)
         """
         if max_length is None:
@@ -377,28 +316,27 @@ class Transformer(MultiWorkerFit, keras.Model):
                 f"most maximum_position_encoding={self.maximum_position_encoding}. "
                 f"Received: max_length={max_length}"
             )
-        check_generate_options(
+        generation.check_generate_options(
             method=method, beam_size=beam_size, temperature=temperature, top_k=top_k, top_p=top_p,
             mmi_weight=mmi_weight, num_return_sequences=num_return_sequences,
             return_attention_weights=return_attention_weights, use_cache=use_cache,
             jit_compile=jit_compile,
         )
-        inp = tf.convert_to_tensor(inp)
-        if inp.shape.rank != 2 or not inp.dtype.is_integer:
+        inp = ops.convert_to_tensor(inp)
+        dtype = keras.backend.standardize_dtype(inp.dtype)
+        if len(inp.shape) != 2 or "int" not in dtype:
             raise ValueError(
                 "Received an invalid value for argument `inp`, expected int token "
-                f"ids of shape (batch, src_len). Received: inp.shape={inp.shape}, "
-                f"dtype={inp.dtype.name}"
+                f"ids of shape (batch, src_len). Received: inp.shape={tuple(inp.shape)}, "
+                f"dtype={dtype}"
             )
-        inp = tf.cast(inp, tf.int32)
-        if tf.executing_eagerly():
+        inp = ops.cast(inp, "int32")
+        if _backend.concrete(inp) is not None:
             self.encoder._check_ids(inp)
         if not self.built:  # create every weight before tracing the loop
-            self.build((inp.shape, (inp.shape[0], max_length)))
+            self.build((tuple(inp.shape), (inp.shape[0], max_length)))
         if seed is None:
             seed = random.randrange(2**31)
-        if jit_compile == "auto":
-            jit_compile = method != "sample"
 
         # The options fixed in the compiled loop; the others are its tensor arguments.
         options = dict(
@@ -406,134 +344,25 @@ class Transformer(MultiWorkerFit, keras.Model):
             return_attention_weights=return_attention_weights, use_cache=use_cache,
             num_return_sequences=num_return_sequences,
         )
+        jit_compile = generation.resolve_jit_compile(jit_compile, method)
         decode = self._generate_fns.get(
             (jit_compile, *options.items()),
-            lambda: tf.function(
-                lambda *args: self._decode(*args, **options), jit_compile=jit_compile
+            lambda: _backend.compile_decoding(
+                self, functools.partial(generation.decode, self, **options), jit_compile
             ),
         )
         tokens, n, weights = decode(
             inp,
-            tf.constant(temperature, tf.float32),
-            tf.constant(top_p, tf.float32),
-            tf.constant(length_penalty, tf.float32),
-            tf.constant(seed, tf.int64),
-            tf.constant(mmi_weight, tf.float32),
+            ops.convert_to_tensor(temperature, "float32"),
+            ops.convert_to_tensor(top_p, "float32"),
+            ops.convert_to_tensor(length_penalty, "float32"),
+            ops.convert_to_tensor(seed, "int32"),
+            ops.convert_to_tensor(mmi_weight, "float32"),
         )
         tokens = tokens[..., :n]  # (B, n) or (B, R, n)
         if return_attention_weights:
             return tokens, {name: w[:, :, :n, :] for name, w in weights.items()}
         return tokens
-
-    def _decode(
-        self,
-        inp,
-        temperature,
-        top_p,
-        length_penalty,
-        seed,
-        mmi_weight,
-        *,
-        method,
-        max_length,
-        beam_size,
-        top_k,
-        return_attention_weights,
-        use_cache,
-        num_return_sequences,
-    ):
-        """The body of `generate`'s compiled function: encode once, then loop."""
-        batch_size = tf.shape(inp)[0]
-        enc_padding_mask = create_padding_mask(inp, self.pad_token_idx)  # (B, 1, 1, S)
-        enc_output = self.encoder(inp, enc_padding_mask, training=False)  # (B, S, d_model)
-        if method in BEAM_METHODS:  # row b * K + k is beam k of source b
-            enc_padding_mask = tf.repeat(enc_padding_mask, beam_size, axis=0)  # (B*K, 1, 1, S)
-
-        def cached_step(tokens, index, cache):
-            dec_output, weights, cache = self.decoder(
-                tokens[:, tf.newaxis],
-                None,
-                None,
-                enc_padding_mask,
-                training=False,
-                cache=cache,
-                cache_index=index,
-            )  # (N, 1, d_model)
-            cross = [weights[f"decoder_layer{i + 1}_block2"] for i in range(self.num_layers)]
-            return self._next_token_logits(dec_output), cache, cross
-
-        def recompute_step(tokens, index, prefix):
-            prefix = generation._write_column(prefix, index, tokens)  # (N, L)
-            dec_output, weights = self.decoder(
-                prefix, enc_output, None, enc_padding_mask, training=False
-            )  # (N, L, d_model)
-            hidden = tf.gather(dec_output, [index], axis=1)  # (N, 1, d_model)
-            cross = [
-                tf.gather(weights[f"decoder_layer{i + 1}_block2"], [index], axis=2)
-                for i in range(self.num_layers)
-            ]  # each (N, H, 1, S)
-            return self._next_token_logits(hidden), prefix, cross
-
-        if use_cache:
-            step, state = cached_step, self.decoder.init_cache(enc_output, max_length)
-            if method in BEAM_METHODS:  # encoder keys and values are projected once per source
-                state = _map_cache_rows(state, lambda t: tf.repeat(t, beam_size, axis=0))
-        else:
-            prefix = tf.fill((batch_size, max_length), self.pad_token_idx)
-            step, state = recompute_step, prefix
-        specials = dict(
-            start_token_idx=self.start_token_idx,
-            end_token_idx=self.end_token_idx,
-            pad_token_idx=self.pad_token_idx,
-        )
-
-        if method in BEAM_METHODS:
-
-            def gather_cache(cache, rows):
-                return _map_cache_rows(cache, lambda t: tf.gather(t, rows), cross=False)
-
-            tokens, log_probs, n = generation.beam_search(
-                step,
-                state,
-                gather_cache,
-                batch_size,
-                beam_size,
-                max_length,
-                self.target_vocab_size,
-                length_penalty=length_penalty,
-                **specials,
-            )  # (B, K, L), best first
-            if method == "mmi":
-                prior = self._unconditional_log_probs(
-                    tf.reshape(tokens, (batch_size * beam_size, max_length)), tf.shape(inp)[1]
-                )  # (B*K,)
-                scores = log_probs - mmi_weight * tf.reshape(prior, (batch_size, beam_size))
-                tokens = tf.gather(tokens, tf.argsort(scores, direction="DESCENDING"),
-                                   batch_dims=1)  # (B, K, L), best first
-            if num_return_sequences == 1:
-                return tokens[:, 0], n, {}  # (B, L)
-            return tokens[:, :num_return_sequences], n, {}  # (B, R, L)
-
-        buffers = None
-        if return_attention_weights:
-            shape = (batch_size, self.num_heads, max_length, tf.shape(inp)[1])
-            buffers = [tf.zeros(shape, tf.float32) for _ in range(self.num_layers)]
-        choose = None
-        if method == "sample":
-            choose = generation.sampler(temperature, top_k, top_p, seed)
-        tokens, n, buffers = generation.greedy_search(
-            step,
-            state,
-            batch_size,
-            max_length,
-            choose_fn=choose,
-            weight_buffers=buffers,
-            **specials,
-        )
-        weights = {}
-        if buffers is not None:
-            weights = {f"decoder_layer{i + 1}_block2": w for i, w in enumerate(buffers)}
-        return tokens, n, weights
 
     def serving_copy(self, dtype="bfloat16"):
         """A copy of this model with its weights stored and computed in `dtype`.
@@ -571,16 +400,16 @@ class Transformer(MultiWorkerFit, keras.Model):
         Returns:
             Python list of token ids, without `<SOS>`, `<END>` or `<PAD>`.
         """
-        x = tf.convert_to_tensor(x)
-        if x.shape.rank == 1:
-            x = x[tf.newaxis]
-        if x.shape.rank != 2 or x.shape[0] != 1:
+        x = ops.convert_to_tensor(x)
+        if len(x.shape) == 1:
+            x = x[None]
+        if len(x.shape) != 2 or x.shape[0] != 1:
             raise ValueError(
                 "Received an invalid value for argument `x`, expected one sequence "
-                f"of shape (1, S) or (S,). Received: x.shape={x.shape}"
+                f"of shape (1, S) or (S,). Received: x.shape={tuple(x.shape)}"
             )
         predict_tokens = []
-        for token in self.generate(x)[0].numpy().tolist():
+        for token in ops.convert_to_numpy(self.generate(x))[0].tolist():
             if token == self.end_token_idx:
                 break
             predict_tokens.append(token)

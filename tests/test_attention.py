@@ -104,18 +104,26 @@ def test_multi_head_attention_rejects_bad_sizes(kwargs, arg):
         kt.MultiHeadAttention(**kwargs)
 
 
-def test_cached_decoding_steps_with_the_joined_projection_equal_a_masked_full_call():
-    # One token at a time through the cache (one matrix product for q, k, v)
-    # gives what the full causal call gives at every position.
+def test_cached_decoding_steps_equal_a_masked_full_call():
+    # One token at a time through the cache (its keys and values only, the
+    # token projected by the same Dense sub-layers as in training) gives what
+    # the full causal call gives at every position.
     keras.utils.set_random_seed(3)
     mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
     x = tf.random.normal((3, 6, 16))
     full, _ = mha(x, x, x, kt.create_look_ahead_mask(6))
     cache = mha.init_cache(3, 6)
-    assert cache["kernel"].shape == (16, 48) and cache["bias"].shape == (48,)
+    assert set(cache) == {"key", "value"} and cache["key"].shape == (3, 4, 6, 4)
     for step in range(6):
         blocked = tf.cast(tf.range(6) > step, tf.float32)[tf.newaxis, tf.newaxis, tf.newaxis]
         out, weights, cache = mha(None, None, x[:, step : step + 1], blocked, cache=cache,
                                   cache_index=tf.constant(step))
         np.testing.assert_allclose(out.numpy()[:, 0], full.numpy()[:, step], atol=1e-5)
         assert weights.shape == (3, 4, 1, 6)
+
+
+def test_cache_index_without_a_cache_is_a_value_error():
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
+    x = tf.random.normal((2, 1, 16))
+    with pytest.raises(ValueError, match="`cache_index`.*Received: cache_index=.*cache=None"):
+        mha(x, x, x, None, cache_index=tf.constant(0))

@@ -283,6 +283,13 @@ def test_cli_trains_on_less_than_one_batch_with_no_time_at_all(tmp_path, capsys)
     Translator.load(tmp_path / "out")
 
 
+def test_cli_says_it_runs_on_tensorflow_under_another_backend(capsys, monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    status = keras_transformer.cli.main(["translate", "--model", "anywhere", "hello"])
+    assert "the command line runs on TensorFlow; KERAS_BACKEND is 'jax'" in one_line_error(
+        capsys, status)
+
+
 def test_cli_names_a_damaged_model_directory(trained, tmp_path, capsys):
     directory = tmp_path / "model"
     Translator.load(trained).save(directory)

@@ -1,0 +1,146 @@
+"""What the core needs from its Keras backend that `keras.ops` has no public API for.
+
+The core (the layers, `Transformer`, `generation`, `training`, the BERT models)
+is written in `keras.ops`, `keras.layers` and `keras.random`; these helpers
+are the only place in it that asks which backend runs. Each has one branch
+per backend (TensorFlow, JAX, PyTorch), and TensorFlow is imported only when
+it is the backend, so the core runs where TensorFlow is not installed.
+
+- `concrete`: a tensor's values when it has them (eager), for early checks.
+- `check_length`: a run-time check of a sequence length that is unknown
+  while tracing (only TensorFlow traces unknown lengths).
+- `compile_decoding`: the compiled decoding loop: `tf.function` (with XLA on
+  request), `jax.jit` over the model's variables, PyTorch without gradients
+  (eager, or `torch.compile` on request).
+- `stateless_categorical`: a draw that depends only on `(seed, step)`.
+- `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
+- `replica_token_count`: the token count of the whole global batch under a
+  `tf.distribute` strategy.
+- `TrainerMixin`: TensorFlow's multi-worker `fit` workaround, nothing
+  elsewhere.
+"""
+
+import keras
+import numpy as np
+
+BACKEND = keras.backend.backend()
+
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    from keras_transformer import _compat
+elif BACKEND == "jax":
+    import jax
+elif BACKEND == "torch":
+    import torch
+
+
+def concrete(x):
+    """The values of `x` as a NumPy array, or `None` while `x` is being traced."""
+    if isinstance(x, np.ndarray):
+        return x
+    if BACKEND == "tensorflow":
+        return x.numpy() if tf.executing_eagerly() and hasattr(x, "numpy") else None
+    if BACKEND == "jax":
+        return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
+    if BACKEND == "torch":
+        if x.device.type == "meta" or torch.compiler.is_compiling():
+            return None
+        return x.detach().cpu().numpy()
+    return None
+
+
+def check_length(length, limit, message):
+    """Fails at run time when a traced `length` exceeds `limit`.
+
+    Only TensorFlow traces sequences of unknown length (JAX and PyTorch see
+    every shape), so elsewhere there is nothing left to check.
+    """
+    if BACKEND == "tensorflow":
+        tf.debugging.assert_less_equal(length, limit, message=message)
+
+
+def compile_decoding(model, fn, jit_compile):
+    """`fn(*tensors)` compiled once per input shape, for `model`'s decoding loop.
+
+    Args:
+        model: the `keras.Model` whose variables `fn` reads.
+        fn: a function of tensors built from `keras.ops` and the model's layers.
+        jit_compile: bool. TensorFlow: `True` compiles with XLA, `False` runs
+            a TensorFlow graph. JAX: `True` wraps `fn` in `jax.jit` with the
+            variables passed in (so later training is seen), `False` runs it
+            op by op. PyTorch: without gradients, `True` through
+            `torch.compile`, `False` eagerly.
+    """
+    if BACKEND == "tensorflow":
+        return tf.function(fn, jit_compile=jit_compile)
+    if BACKEND == "jax":
+
+        def stateless(values, *args):
+            with keras.StatelessScope(state_mapping=list(zip(model.variables, values))):
+                return fn(*args)
+
+        run = jax.jit(stateless) if jit_compile else stateless
+        return lambda *args: run([v.value for v in model.variables], *args)
+    if BACKEND == "torch":
+
+        def without_gradients(*args):
+            with torch.no_grad():
+                return fn(*args)
+
+        return torch.compile(without_gradients) if jit_compile else without_gradients
+    return fn
+
+
+def stateless_categorical(logits, seed, step):
+    """One id per row drawn from softmax(`logits`) `(B, V)`, as int32 `(B,)`.
+
+    The draw depends only on the scalar ints `seed` and `step`, so a seed
+    reproduces a whole sampled sequence (on one backend: each backend has its
+    own generator).
+    """
+    if BACKEND == "tensorflow":
+        pair = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])
+        return tf.random.stateless_categorical(logits, 1, pair, dtype=tf.int32)[:, 0]
+    if BACKEND == "jax":
+        key = jax.random.fold_in(jax.random.key(seed), step)
+        return jax.random.categorical(key, logits, axis=-1).astype("int32")
+    if BACKEND == "torch":
+        generator = torch.Generator(device=logits.device)
+        generator.manual_seed(int(seed) * 1_000_003 + int(step))
+        probs = torch.softmax(logits.float(), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0].to(torch.int32)
+    raise NotImplementedError(f"sampling is not implemented for the {BACKEND} backend")
+
+
+def in_xla_context():
+    """Whether the ops created now will be compiled by XLA:CPU's TensorFlow bridge."""
+    return BACKEND == "tensorflow" and _compat.in_xla_context()
+
+
+def xla_dropout(inputs, rate, seed_generator):
+    """Dropout drawn with ThreeFry, which XLA:CPU generates about 4x faster
+    than the default Philox (TensorFlow under `jit_compile=True` only)."""
+    seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
+    return tf.nn.experimental.stateless_dropout(inputs, rate, seed, rng_alg="threefry")
+
+
+def replica_token_count(count):
+    """`(count over the global batch, number of replicas)` for a per-replica `count`.
+
+    Under a `tf.distribute` strategy each replica holds a slice of the global
+    batch. JAX and PyTorch compute the loss over the global batch at once.
+    """
+    if BACKEND == "tensorflow":
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            return (context.all_reduce(tf.distribute.ReduceOp.SUM, count),
+                    context.num_replicas_in_sync)
+    return count, 1
+
+
+class _NoMixin:
+    """Nothing to add to `keras.Model` on this backend."""
+
+
+TrainerMixin = _compat.MultiWorkerFit if BACKEND == "tensorflow" else _NoMixin
