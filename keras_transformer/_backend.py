@@ -33,6 +33,11 @@ elif BACKEND == "jax":
     import jax
 elif BACKEND == "torch":
     import torch
+else:
+    raise ImportError(
+        "keras_transformer runs on the Keras backends 'tensorflow', 'jax' and 'torch'; "
+        f"the backend is {BACKEND!r}. Set KERAS_BACKEND before importing Keras."
+    )
 
 
 def concrete(x):
@@ -43,11 +48,9 @@ def concrete(x):
         return x.numpy() if tf.executing_eagerly() and hasattr(x, "numpy") else None
     if BACKEND == "jax":
         return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
-    if BACKEND == "torch":
-        if x.device.type == "meta" or torch.compiler.is_compiling():
-            return None
-        return x.detach().cpu().numpy()
-    return None
+    if x.device.type == "meta" or torch.compiler.is_compiling():  # torch
+        return None
+    return x.detach().cpu().numpy()
 
 
 def check_length(length, limit, message):
@@ -82,14 +85,12 @@ def compile_decoding(model, fn, jit_compile):
 
         run = jax.jit(stateless) if jit_compile else stateless
         return lambda *args: run([v.value for v in model.variables], *args)
-    if BACKEND == "torch":
 
-        def without_gradients(*args):
-            with torch.no_grad():
-                return fn(*args)
+    def without_gradients(*args):  # torch
+        with torch.no_grad():
+            return fn(*args)
 
-        return torch.compile(without_gradients) if jit_compile else without_gradients
-    return fn
+    return torch.compile(without_gradients) if jit_compile else without_gradients
 
 
 def stateless_categorical(logits, seed, step):
@@ -105,12 +106,10 @@ def stateless_categorical(logits, seed, step):
     if BACKEND == "jax":
         key = jax.random.fold_in(jax.random.key(seed), step)
         return jax.random.categorical(key, logits, axis=-1).astype("int32")
-    if BACKEND == "torch":
-        generator = torch.Generator(device=logits.device)
-        generator.manual_seed(int(seed) * 1_000_003 + int(step))
-        probs = torch.softmax(logits.float(), dim=-1)
-        return torch.multinomial(probs, 1, generator=generator)[:, 0].to(torch.int32)
-    raise NotImplementedError(f"sampling is not implemented for the {BACKEND} backend")
+    generator = torch.Generator(device=logits.device)  # torch
+    generator.manual_seed(int(seed) * 1_000_003 + int(step))
+    probs = torch.softmax(logits.float(), dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0].to(torch.int32)
 
 
 def in_xla_context():
