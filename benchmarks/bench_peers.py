@@ -20,7 +20,7 @@ Configs: the tutorial's (2 layers, d_model 512, 8 heads, dff 2048, vocabulary
 8000, source and target length 25, batch 64) and a long one (length 256,
 batch 8). Each implementation runs in its own process (a clean peak RSS); the
 step time is the median of the steps after 3 warm-up steps. MFU is the
-model's matmul FLOP rate (exact count, `bench_train.forward_flops`) over the
+model's matmul FLOP rate (exact count, `flops.forward_flops`) over the
 fp32 matmul peak measured in this run, before and after (the higher).
 """
 
@@ -97,7 +97,14 @@ def keras_seconds(name, cfg, steps):
     return times[WARMUP:]
 
 
-def torch_seconds(cfg, steps):
+def torch_seconds(cfg, steps, device="cpu", autocast_dtype=None, compile=False):
+    """Seconds of each training step of PyTorch's `nn.Transformer` after the warm-up.
+
+    `device` "cuda" runs on the GPU (each step synchronised before it is timed),
+    `autocast_dtype` (say `torch.bfloat16`) trains under autocast, `compile` runs
+    the model through `torch.compile`.
+    """
+    import contextlib
     import math
 
     import torch
@@ -127,25 +134,34 @@ def torch_seconds(cfg, steps):
             scale = math.sqrt(d)
             x = self.dropout(self.source_embedding(source) * scale + self.encoding)
             y = self.dropout(self.target_embedding(target) * scale + self.encoding)
-            causal = nn.Transformer.generate_square_subsequent_mask(seq)
+            causal = nn.Transformer.generate_square_subsequent_mask(seq, device=source.device)
             return self.output(self.transformer(
                 x, y, tgt_mask=causal, src_key_padding_mask=source == 0,
                 tgt_key_padding_mask=target == 0, memory_key_padding_mask=source == 0,
             ))
 
-    model = TorchTransformer().train()
+    model = TorchTransformer().to(device).train()
+    forward = torch.compile(model) if compile else model
     optimizer = torch.optim.Adam(model.parameters(), 1e-4, betas=(0.9, 0.98), eps=1e-9)
     loss_fn = nn.CrossEntropyLoss(ignore_index=0)
-    inp, dec_in, dec_out = (torch.from_numpy(a).long() for a in random_ids(cfg, steps))
+    inp, dec_in, dec_out = (torch.from_numpy(a).long().to(device)
+                            for a in random_ids(cfg, steps))
+    autocast = (torch.autocast(device, dtype=autocast_dtype) if autocast_dtype
+                else contextlib.nullcontext())
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     for step in range(steps):
         batch = slice(step * cfg["batch"], (step + 1) * cfg["batch"])
+        sync()
         start = time.perf_counter()
         optimizer.zero_grad()
-        logits = model(inp[batch], dec_in[batch])
-        loss = loss_fn(logits.reshape(-1, cfg["vocab"]), dec_out[batch].reshape(-1))
+        with autocast:
+            logits = forward(inp[batch], dec_in[batch])
+            loss = loss_fn(logits.reshape(-1, cfg["vocab"]).float(),
+                           dec_out[batch].reshape(-1))
         loss.backward()
         optimizer.step()
+        sync()
         times.append(time.perf_counter() - start)
     return times[WARMUP:]
 
@@ -181,7 +197,8 @@ def main(argv=None):
 
     import tensorflow as tf
 
-    from bench_train import forward_flops, matmul_peak_gflops
+    from bench_train import matmul_peak_gflops
+    from flops import train_step_flops
 
     lines = []
 
@@ -193,8 +210,7 @@ def main(argv=None):
     rows = []
     for config in args.configs.split(","):
         cfg = CONFIGS[config]
-        flops = 3 * cfg["batch"] * forward_flops(cfg["num_layers"], cfg["d_model"], cfg["dff"],
-                                                 cfg["vocab"], cfg["seq"], cfg["seq"])
+        flops = train_step_flops(cfg)
         for name in args.implementations.split(","):
             result = run_worker(name, config, args.steps + WARMUP)
             rows.append((config, name, flops, result))

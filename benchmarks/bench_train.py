@@ -12,17 +12,7 @@ without padding, and prints for each compile mode:
 Each mode is run for `keras_transformer` and, as a baseline, for the tutorial's
 model written plainly (`tutorial_reference.py`).
 
-FLOP count (a matmul of (m, k) by (k, n) costs 2*m*k*n; per example, S source
-and T target positions, width d, inner width f, vocabulary V, L layers):
-  encoder layer: Q, K, V, output projections 4 * 2*S*d*d; QK^T and AV
-                 2 * 2*S*S*d; feed-forward 2 * 2*S*d*f
-  decoder layer: self-attention 4 * 2*T*d*d + 2 * 2*T*T*d; cross-attention
-                 Q and output 2 * 2*T*d*d, K and V 2 * 2*S*d*d, QK^T and AV
-                 2 * 2*T*S*d; feed-forward 2 * 2*T*d*f
-  output projection: 2*T*d*V
-A training step costs 3x the forward pass (forward, and backward for inputs and
-for weights). Embedding look-ups, softmax, LayerNorm and the optimizer update
-are not counted.
+The FLOP count is `flops.forward_flops` (exact, matmuls only; its docstring).
 
 Usage: python benchmarks/bench_train.py [--steps 20] [--modes xla,no-xla,auto]
                                         [--models ours,tutorial]
@@ -43,23 +33,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
+from flops import train_step_flops  # noqa: E402
 from tutorial_reference import TutorialTransformer  # noqa: E402
 
 CONFIG = dict(num_layers=2, d_model=512, num_heads=8, dff=2048, vocab=8000, seq=25, batch=64)
 MODES = {"auto": "auto", "xla": True, "no-xla": False}
 MODELS = {"ours": kt.Transformer, "tutorial": TutorialTransformer}
-
-
-def forward_flops(num_layers, d_model, dff, vocab, src_len, tgt_len, **_):
-    """Matmul FLOPs of one forward pass of one example (see module docstring)."""
-    d, f, S, T = d_model, dff, src_len, tgt_len
-    encoder = 4 * 2 * S * d * d + 2 * 2 * S * S * d + 2 * 2 * S * d * f
-    decoder = (
-        4 * 2 * T * d * d + 2 * 2 * T * T * d  # masked self-attention
-        + 2 * 2 * T * d * d + 2 * 2 * S * d * d + 2 * 2 * T * S * d  # cross-attention
-        + 2 * 2 * T * d * f  # feed-forward
-    )
-    return num_layers * (encoder + decoder) + 2 * T * d * vocab
 
 
 def matmul_peak_gflops(n=2048, repeats=10):
@@ -125,9 +104,7 @@ def main():
     parser.add_argument("--models", default="ours,tutorial")
     args = parser.parse_args()
     cfg = CONFIG
-    step_flops = 3 * cfg["batch"] * forward_flops(
-        cfg["num_layers"], cfg["d_model"], cfg["dff"], cfg["vocab"], cfg["seq"], cfg["seq"]
-    )
+    step_flops = train_step_flops(cfg)
     peak = matmul_peak_gflops()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"TF {tf.__version__}, Keras {keras.__version__}")
