@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -23,15 +24,22 @@ OTHERS = BACKENDS[1:]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """`{backend: (arrays, facts)}` from one child run per backend."""
-    out_dir = tmp_path_factory.mktemp("backends")
+    """`{backend: (arrays, facts)}` from one child run per backend.
+
+    With `KT_BACKEND_RUNS` naming a directory where the children already ran
+    (on another machine: `benchmarks/bench_gpu.py` runs JAX and PyTorch on a
+    GPU), their results are compared instead.
+    """
+    done = os.environ.get("KT_BACKEND_RUNS")
+    out_dir = Path(done) if done else tmp_path_factory.mktemp("backends")
     results = {}
     for backend in BACKENDS:
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-        child = subprocess.run([sys.executable, CHILD, str(out_dir)], env=env,
-                               capture_output=True, text=True)
-        if child.returncode:
-            pytest.fail(f"backend_child.py failed on {backend}:\n{child.stderr[-4000:]}")
+        if not done:
+            env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+            child = subprocess.run([sys.executable, CHILD, str(out_dir)], env=env,
+                                   capture_output=True, text=True)
+            if child.returncode:
+                pytest.fail(f"backend_child.py failed on {backend}:\n{child.stderr[-4000:]}")
         with open(out_dir / f"{backend}.json") as f:
             results[backend] = (dict(np.load(out_dir / f"{backend}.npz")), json.load(f))
     results["dir"] = out_dir
