@@ -1,0 +1,609 @@
+"""The core on a GPU, through Keras' JAX and PyTorch backends (`../shared/GPU.md`).
+
+The lent GPU machines have JAX and PyTorch with CUDA, and no TensorFlow: nothing
+can be installed there but what travels with the working tree (64 MiB a call),
+and TensorFlow with its CUDA libraries is about 2 GB. The core runs on JAX and
+PyTorch, so it is measured there; what needs TensorFlow (the tokenizers, the
+reference run of the tests) runs here, before and after:
+
+    # here, with TensorFlow: DIR gets the TensorFlow run of tests/backend_child.py
+    # and ChatbotData split and tokenized with the recipe's tokenizers
+    python benchmarks/bench_gpu.py prepare DIR
+    # on the GPU machine: keras, keras-hub, optree and namex travel as wheels for its
+    # Python 3.12 (the device tool's README says how) and go on PYTHONPATH; run `train`
+    # in a call of its own (the other parts take 3-4 minutes each there)
+    python benchmarks/bench_gpu.py correctness DIR OUT   # backend_child.py on JAX, PyTorch
+    python benchmarks/bench_gpu.py mixed OUT             # fp32 / bf16 / fp16 training
+    python benchmarks/bench_gpu.py train OUT             # ours against keras-hub, PyTorch
+    python benchmarks/bench_gpu.py decode OUT            # ours against keras-hub
+    python benchmarks/bench_gpu.py chatbot DIR OUT [--seconds 600]
+    # here again
+    KT_BACKEND_RUNS=OUT/runs python -m pytest tests/test_backends.py
+    python benchmarks/bench_gpu.py compare OUT           # GPU tokens against the CPU's
+
+- `correctness`: `tests/backend_child.py` on JAX, then PyTorch, next to the
+  TensorFlow run made here, so `test_backends.py` asserts on the GPU's runs
+  what it asserts on the CPU's (`OUT/runs`: JAX with float32 matmuls in full
+  precision); `OUT/runs-default`: JAX with its default matmul precision on
+  the GPU, compared by `compare`.
+- `mixed`: the tutorial's `kargs` trained 300 steps (batch 64) on a padded
+  copy task under `float32`, `mixed_bfloat16` and `mixed_float16` (Keras'
+  loss scaling), on each backend: losses, NaN, the logits' dtype, a fully
+  padded row.
+- `train`: training steps of the tutorial's model (source and target length
+  25, vocabulary 8000) at several batch sizes, float32 and bfloat16: ours and
+  keras-hub's layers (`bench_backends.hub_model`) through `model.fit` on JAX
+  (always XLA) and PyTorch (eager), and PyTorch's `nn.Transformer` in a plain
+  loop (eager, and `torch.compile` for the largest batch). Step time: a whole
+  `fit` of `--steps` steps, synchronised, after a `fit` that compiles. MFU:
+  the matmul FLOPs (`flops.py`) over the device's bf16 dense peak.
+- `decode`: `bench_backends.worker_decode` (batch 1 greedy and beam 4 in
+  ms/token, batch 64 greedy in sentences/s) for ours and keras-hub on JAX and
+  PyTorch, ours on weights saved once on JAX; tokens kept for `compare`.
+- `chatbot`: what `keras_transformer.train` does with its defaults on
+  ChatbotData (the split of `bench_chatbot.py`), on JAX: the same model,
+  optimizer, schedule, loss, token dropout, best weights on the greedy
+  validation chrF and early stopping, with rows padded to `max_length` (one
+  shape to compile) instead of length-sorted batches; then the test questions
+  decoded as `chat` decodes and scored as `bench_chatbot.py` scores. Then the
+  tutorial's size (d_model 512, dff 2048) in the same recipe.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+CHILD = os.path.join(ROOT, "tests", "backend_child.py")
+TUTORIAL = {"num_layers": 2, "d_model": 512, "num_heads": 8, "dff": 2048, "vocab": 8000,
+            "seq": 25}
+TRAIN_SETTINGS = (("float32", 64), ("mixed_bfloat16", 64), ("float32", 4096),
+                  ("mixed_bfloat16", 1024), ("mixed_bfloat16", 4096),
+                  ("mixed_bfloat16", 8192))
+# bf16 dense peak (no sparsity) by the name the device reports, in FLOP/s.
+PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
+
+
+def device_peak():
+    """`(device name, bf16 dense peak FLOP/s)` from `nvidia-smi` (NaN for another device)."""
+    if not shutil.which("nvidia-smi"):
+        from machine import describe
+
+        return f"no GPU: {describe()}", float("nan")
+    name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return name, next((peak for key, peak in PEAKS.items() if key in name), float("nan"))
+
+
+def child(part, backend, *args, env=None):
+    """One worker of this script on `backend`, in its own process: its JSON result."""
+    env = dict(os.environ, KERAS_BACKEND=backend, **(env or {}))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    result = subprocess.run([sys.executable, __file__, "--worker", part, *map(str, args)],
+                            capture_output=True, text=True, env=env)
+    sys.stderr.write(result.stderr[-3000:])
+    if result.returncode:
+        raise RuntimeError(f"{part} on {backend} failed (exit {result.returncode})")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def save(out, name, value):
+    with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1, ensure_ascii=False)
+
+
+# --- correctness --------------------------------------------------------------
+
+
+def correctness(prepared, out):
+    """`backend_child.py` on JAX and PyTorch next to the TensorFlow run from `prepare`,
+    in `OUT/runs.tar.gz`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _correctness(prepared, tmp)
+        subprocess.run(["tar", "-czf", os.path.join(out, "runs.tar.gz"), "-C", tmp, "runs",
+                        "runs-default"], check=True)
+
+
+def _correctness(prepared, out):
+    for name, backends, precision in (("runs", ("jax", "torch"), "highest"),
+                                      ("runs-default", ("jax",), None)):
+        runs = os.path.join(out, name)
+        shutil.copytree(os.path.join(prepared, "runs"), runs)
+        for backend in backends:
+            env = dict(os.environ, KERAS_BACKEND=backend)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+            if precision:
+                env["JAX_DEFAULT_MATMUL_PRECISION"] = precision
+            start = time.perf_counter()
+            result = subprocess.run([sys.executable, CHILD, runs], env=env,
+                                    capture_output=True, text=True)
+            print(f"backend_child.py on {backend} ({name}): exit {result.returncode}, "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            if result.returncode:
+                print(result.stderr[-4000:])
+
+
+# --- mixed precision ------------------------------------------------------------
+
+
+def copy_task(n, seed, vocab=1000, length=25):
+    """Reverse random ids of random lengths, padded with <PAD>: `(inp, dec_in, dec_out)`."""
+    rng = np.random.default_rng(seed)
+    inp, dec_in, dec_out = (np.zeros((n, length), "int32") for _ in range(3))
+    for row, size in enumerate(rng.integers(4, length, n)):
+        ids = rng.integers(4, vocab, size)
+        inp[row, :size] = ids
+        dec_in[row, :size + 1] = [1, *ids[::-1]]
+        dec_out[row, :size + 1] = [*ids[::-1], 2]
+    return inp, dec_in, dec_out
+
+
+def tutorial_transformer(**options):
+    import keras_transformer as kt
+
+    return kt.Transformer(num_layers=TUTORIAL["num_layers"], d_model=TUTORIAL["d_model"],
+                          num_heads=TUTORIAL["num_heads"], dff=TUTORIAL["dff"],
+                          input_vocab_size=TUTORIAL["vocab"],
+                          target_vocab_size=TUTORIAL["vocab"],
+                          maximum_position_encoding=TUTORIAL["seq"], rate=0.1, **options)
+
+
+def worker_mixed():
+    import keras
+
+    import keras_transformer as kt
+
+    inp, dec_in, dec_out = copy_task(64 * 300, seed=0)
+    padded = np.concatenate([inp[:3], np.zeros_like(inp[:1])])  # last row: only <PAD>
+    results = {}
+    for policy in ("float32", "mixed_bfloat16", "mixed_float16"):
+        keras.utils.set_random_seed(0)
+        model = tutorial_transformer(dtype=policy)
+        model.compile(keras.optimizers.Adam(kt.CustomSchedule(512, 100, 7e-4), beta_1=0.9,
+                                            beta_2=0.98, epsilon=1e-9),
+                      loss=kt.masked_loss)
+        start = time.perf_counter()
+        history = model.fit([inp, dec_in], dec_out, batch_size=64, epochs=6, verbose=0,
+                            shuffle=False, steps_per_epoch=50)
+        logits = model((padded, dec_in[:4]))
+        array = keras.ops.convert_to_numpy(logits)
+        results[policy] = {
+            "losses": [round(loss, 4) for loss in history.history["loss"]],
+            "seconds": round(time.perf_counter() - start, 1),
+            "optimizer": type(model.optimizer).__name__,
+            "logits_dtype": keras.backend.standardize_dtype(logits.dtype),
+            "finite": bool(np.isfinite(array).all()),
+            "padded_row_finite": bool(np.isfinite(array[-1]).all()),
+        }
+        keras.backend.clear_session()
+    return results
+
+
+def mixed(out):
+    results = {backend: child("mixed", backend) for backend in ("jax", "torch")}
+    save(out, "mixed", results)
+    print("| backend | policy | optimizer | loss every 50 steps | logits | finite | "
+          "padded row finite | s |\n|---|---|---|---|---|---|---|---|")
+    for backend, rows in results.items():
+        for policy, r in rows.items():
+            print(f"| {backend} | {policy} | {r['optimizer']} | "
+                  f"{' '.join(f'{x:.2f}' for x in r['losses'])} | {r['logits_dtype']} | "
+                  f"{r['finite']} | {r['padded_row_finite']} | {r['seconds']} |")
+
+
+# --- training speed -------------------------------------------------------------
+
+
+def parse_settings(text):
+    """`"float32:64,mixed_bfloat16:4096"` -> `(("float32", 64), ("mixed_bfloat16", 4096))`."""
+    return tuple((policy, int(batch)) for policy, batch in
+                 (item.split(":") for item in text.split(",")))
+
+
+def worker_train_keras(impl, steps, settings):
+    """ms/step of ours or keras-hub's layers through `fit`, for each setting."""
+    import gc
+
+    import keras
+    from bench_backends import hub_model
+
+    import keras_transformer as kt
+
+    results = {}
+    for policy, batch in settings:
+        keras.config.set_dtype_policy(policy)
+        keras.utils.set_random_seed(0)
+        model = hub_model() if impl == "keras-hub" else tutorial_transformer()
+        model.compile(keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+                      loss=kt.masked_loss)
+        rng = np.random.default_rng(0)
+        inp, dec_in, dec_out = (rng.integers(4, TUTORIAL["vocab"], (batch * steps, 25))
+                                .astype("int32") for _ in range(3))
+        try:
+            warm = slice(0, 3 * batch)
+            model.fit([inp[warm], dec_in[warm]], dec_out[warm], batch_size=batch, verbose=0,
+                      shuffle=False)
+            keras.ops.convert_to_numpy(model.optimizer.iterations)
+            start = time.perf_counter()
+            model.fit([inp, dec_in], dec_out, batch_size=batch, verbose=0, shuffle=False)
+            keras.ops.convert_to_numpy(model.optimizer.iterations)  # waits for the device
+            results[f"{policy} {batch}"] = (time.perf_counter() - start) / steps * 1e3
+        except Exception as error:  # noqa: BLE001 - out of memory: recorded, the rest runs
+            results[f"{policy} {batch}"] = f"{type(error).__name__}: {str(error)[:200]}"
+        del model
+        keras.backend.clear_session()
+        gc.collect()
+    return results
+
+
+def worker_train_torch(steps, compile, settings):
+    """ms/step of PyTorch's `nn.Transformer` (`bench_peers.torch_seconds`) on the GPU;
+    compiled, the largest bfloat16 batch only."""
+    import torch
+    from bench_peers import torch_seconds
+
+    if compile:
+        settings = [max((s for s in settings if s[0] == "mixed_bfloat16"),
+                        key=lambda s: s[1])]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = {}
+    for policy, batch in settings:
+        cfg = dict(TUTORIAL, batch=batch)
+        dtype = torch.bfloat16 if policy == "mixed_bfloat16" else None
+        times = torch_seconds(cfg, steps + 3, device=device, autocast_dtype=dtype,
+                              compile=compile)
+        results[f"{policy} {batch}"] = float(np.median(times)) * 1e3
+    return results
+
+
+def train(out, steps, settings):
+    from flops import train_step_flops
+
+    name, peak = device_peak()
+    text = ",".join(f"{policy}:{batch}" for policy, batch in settings)
+    rows = {}
+    for backend, impl in (("jax", "ours"), ("jax", "keras-hub"), ("torch", "ours"),
+                          ("torch", "keras-hub")):
+        rows[f"{impl} ({backend})"] = child("train_keras", backend, impl, steps, text)
+        print(f"{impl} on {backend}: {rows[f'{impl} ({backend})']}", flush=True)
+    rows["torch nn.Transformer"] = child("train_torch", "torch", steps, 0, text)
+    rows["torch nn.Transformer compiled"] = child("train_torch", "torch", steps, 1, text)
+    save(out, "train", {"device": name, "peak": peak, "steps": steps, "rows": rows})
+    print(f"\n{name}: bf16 dense peak {peak / 1e12:.0f} TFLOP/s; tutorial config, "
+          "length 25, vocabulary 8000\n")
+    print("| implementation | policy | batch | ms/step | target tokens/s | MFU | "
+          "vs fastest peer |\n|---|---|---|---|---|---|---|")
+    for policy, batch in settings:
+        key = f"{policy} {batch}"
+        times = {impl: r[key] for impl, r in rows.items() if isinstance(r.get(key), float)}
+        peers = [t for impl, t in times.items() if not impl.startswith("ours")]
+        flops = train_step_flops(dict(TUTORIAL, batch=batch))
+        for impl, r in rows.items():
+            if key not in r:
+                continue
+            if not isinstance(r[key], float):
+                print(f"| {impl} | {policy} | {batch} | {r[key]} | | | |")
+                continue
+            ms = r[key]
+            print(f"| {impl} | {policy} | {batch} | {ms:.1f} | {batch * 25 / ms * 1e3:,.0f} | "
+                  f"{flops / (ms / 1e3) / peak:.3f} | "
+                  f"{(min(peers) / ms if peers else float('nan')):.2f}x |")
+
+
+# --- decoding speed -------------------------------------------------------------
+
+
+def worker_decode(impl, weights):
+    import keras
+    from bench_backends import save_weights, worker_decode
+
+    if impl == "save":
+        save_weights(weights)
+        return {"checksum": float(sum(np.abs(w).sum() for w in _weights(weights)))}
+    figures, tokens = worker_decode(impl, weights, sentences=4, repeats=3)
+    return {"figures": figures, "tokens": tokens, "backend": keras.backend.backend()}
+
+
+def _weights(path):
+    import h5py
+
+    arrays = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: arrays.append(item[()])
+                     if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def decode(out):
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:  # 108 MB: not among what comes back
+        weights = os.path.join(tmp, "decode.weights.h5")
+        checksum = child("decode", "jax", "save", weights)["checksum"]
+        for backend, impl in (("jax", "ours"), ("jax", "keras-hub"), ("torch", "ours"),
+                              ("torch", "keras-hub")):
+            rows[f"{impl} ({backend})"] = child("decode", backend, impl, weights)
+            print(f"{impl} on {backend}: {rows[f'{impl} ({backend})']['figures']}",
+                  flush=True)
+    save(out, "decode", {"device": device_peak()[0], "weights_checksum": checksum,
+                         "rows": rows})
+    reference = rows["ours (jax)"]["tokens"]
+    same = {case: rows["ours (torch)"]["tokens"][case] == tokens
+            for case, tokens in reference.items()}
+    print(f"\nours: PyTorch's tokens equal JAX's: {same}\n")
+    print("| implementation | batch 1 greedy ms/token | batch 1 beam 4 ms/token | "
+          "batch 64 greedy sentences/s | first calls s |\n|---|---|---|---|---|")
+    for impl, r in rows.items():
+        f = r["figures"]
+        print(f"| {impl} | {f['greedy-b1']:.2f} | {f['beam-b1']:.2f} | "
+              f"{f['greedy-b64']:.0f} | {f['compile']:.1f} |")
+
+
+# --- ChatbotData ------------------------------------------------------------------
+
+
+def prepare(prepared):
+    """The TensorFlow reference run and the tokenized ChatbotData split (needs TensorFlow)."""
+    from bench_chatbot import DEFAULT_DATA, SAMPLE_QUESTIONS, chat_decoding, load_split
+
+    from keras_transformer.config import TrainConfig
+    from keras_transformer.data.pipeline import encode_pairs, padded_sources
+    from keras_transformer.recipe import SCORED_VALID_PAIRS, split_pairs
+    from keras_transformer.text.tokenizers import WordPieceTokenizer
+
+    runs = os.path.join(prepared, "runs")
+    os.makedirs(runs, exist_ok=True)
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    subprocess.run([sys.executable, CHILD, runs], env=env, check=True)
+
+    config = TrainConfig()
+    train_pairs, test_pairs = load_split(DEFAULT_DATA)
+    fit_pairs, valid_pairs = split_pairs(train_pairs, config.valid_fraction, config.seed)
+    valid_pairs = valid_pairs[:SCORED_VALID_PAIRS]
+    source, target = (WordPieceTokenizer.from_texts(side, config.vocab_size, verbose=0)
+                      for side in zip(*fit_pairs))
+    length = config.max_length
+    inp, dec_in, dec_out = encode_pairs([s for s, _ in fit_pairs], [t for _, t in fit_pairs],
+                                        source, target, length)
+    test_questions = [q for q, _ in test_pairs] + SAMPLE_QUESTIONS
+    arrays = {
+        "inp": inp.to_tensor(source.pad_id, shape=[None, length]),
+        "dec_in": dec_in.to_tensor(target.pad_id, shape=[None, length]),
+        "dec_out": dec_out.to_tensor(target.pad_id, shape=[None, length]),
+        "valid": padded_sources([s for s, _ in valid_pairs], source, length),
+        "test": padded_sources(test_questions, source, length),
+    }
+    np.savez_compressed(os.path.join(prepared, "chatbot.npz"),
+                        **{key: value.numpy().astype("int16") for key, value in arrays.items()})
+    valid_references = [t.decode() for t in
+                        target.canonicalize([t for _, t in valid_pairs]).numpy()]
+    save(prepared, "chatbot", {
+        "config": config.to_dict(),
+        "source_vocabulary": source.vocabulary, "target_vocabulary": target.vocabulary,
+        "special_ids": [target.pad_id, target.start_id, target.end_id, source.unk_id],
+        "valid_references": valid_references,
+        "test_questions": test_questions, "test_answers": [a for _, a in test_pairs],
+        "chat_decoding": chat_decoding(),
+    })
+    print(f"{prepared}: {len(fit_pairs)} training, {len(valid_pairs)} validation, "
+          f"{len(test_pairs)} test pairs")
+
+
+def detokenize(rows, vocabulary, ids):
+    """`WordPieceTokenizer.detokenize` in Python: up to `<END>`, pieces glued."""
+    pad, start, end = ids
+    texts = []
+    for row in rows:
+        tokens = []
+        for token in row:
+            if token == end:
+                break
+            if token not in (pad, start):
+                tokens.append(vocabulary[token])
+        text = re.sub(r"(^| )##", "", " ".join(tokens))
+        texts.append(re.sub(r" ([.,!?;:)\]}])", r"\1", text))
+    return texts
+
+
+def collapsed(answers, references):
+    """`recipe.collapse_warning`'s test: most answers empty, or nearly all alike."""
+    distinct = len(set(answers)) / len(answers)
+    return (sum(not a.strip() for a in answers) > len(answers) / 2
+            or distinct < 0.05 and 2 * distinct <= len(set(references)) / len(references))
+
+
+def decode_all(model, sources, batch_size=128, **options):
+    """`generate` over `sources` in batches of one shape (the last filled with copies)."""
+    import keras
+
+    outputs = []
+    for start in range(0, len(sources), batch_size):
+        batch = sources[start : start + batch_size]
+        filled = np.concatenate([batch, np.repeat(batch[:1], batch_size - len(batch), 0)])
+        tokens = keras.ops.convert_to_numpy(model.generate(filled, **options))
+        outputs.append(tokens[: len(batch)])
+    width = max(out.shape[1] for out in outputs)
+    return np.concatenate([np.pad(out, [(0, 0), (0, width - out.shape[1])])
+                           for out in outputs])
+
+
+def worker_chatbot(prepared, seconds, size):
+    import keras
+    import sacrebleu
+    from bench_chatbot import score
+
+    from keras_transformer import Transformer
+    from keras_transformer.training import CustomSchedule, MaskedAccuracy, MaskedLoss
+
+    data = dict(np.load(os.path.join(prepared, "chatbot.npz")))
+    data = {key: value.astype("int32") for key, value in data.items()}
+    with open(os.path.join(prepared, "chatbot.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    config = dict(meta["config"], **({"d_model": 512, "dff": 2048} if size == "tutorial"
+                                     else {}))
+    pad, start_id, end_id, unk = meta["special_ids"]
+    vocabulary = meta["target_vocabulary"]
+    keras.utils.set_random_seed(config["seed"])
+    model = Transformer(
+        num_layers=config["num_layers"], d_model=config["d_model"],
+        num_heads=config["num_heads"], dff=config["dff"],
+        input_vocab_size=len(meta["source_vocabulary"]), target_vocab_size=len(vocabulary),
+        maximum_position_encoding=config["max_length"], end_token_idx=end_id,
+        rate=config["rate"], norm_first=config["norm_first"],
+        activation=config["activation"], pad_token_idx=pad, start_token_idx=start_id)
+    peak = (config["d_model"] * 4000) ** -0.5  # recipe.default_learning_rate
+    model.compile(keras.optimizers.Adam(CustomSchedule(config["d_model"],
+                                                       config["warmup_steps"], peak),
+                                        beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+                  loss=MaskedLoss(label_smoothing=config["label_smoothing"],
+                                  pad_token_idx=pad),
+                  metrics=[MaskedAccuracy(pad_token_idx=pad)])
+    batch = config["batch_size"]
+    rows = len(data["inp"]) // batch * batch  # static shapes: the last smaller batch dropped
+    warmup_epochs = math.ceil(config["warmup_steps"] / (rows // batch))
+    history, best, best_weights, waited = [], -1.0, None, 0
+    begin = time.perf_counter()
+    for epoch in range(config["epochs"]):
+        rng = np.random.default_rng([config["seed"], epoch])
+        order = rng.permutation(len(data["inp"]))[:rows]
+        inp = data["inp"][order]
+        drop = (rng.random(inp.shape) < config["token_dropout"]) & (inp != pad)
+        inp = np.where(drop, unk, inp)
+        fit = model.fit([inp, data["dec_in"][order]], data["dec_out"][order],
+                        batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        answers = detokenize(decode_all(model, data["valid"]), vocabulary,
+                             (pad, start_id, end_id))
+        chrf = sacrebleu.corpus_chrf(answers, [meta["valid_references"]]).score
+        if collapsed(answers, meta["valid_references"]):
+            chrf = 0.0
+        history.append({"epoch": epoch + 1, "loss": round(fit.history["loss"][0], 4),
+                        "val_chrf": round(chrf, 2),
+                        "seconds": round(time.perf_counter() - begin, 1)})
+        print(json.dumps(history[-1]), file=sys.stderr, flush=True)
+        if chrf > best:
+            best, best_weights, waited = chrf, model.get_weights(), 0
+        elif epoch + 1 > warmup_epochs:
+            waited += 1
+        if waited >= config["patience"] or time.perf_counter() - begin > seconds:
+            break
+    trained = time.perf_counter() - begin
+    model.set_weights(best_weights)
+    test_ids = decode_all(model, data["test"], **meta["chat_decoding"])
+    answers = detokenize(test_ids, vocabulary, (pad, start_id, end_id))
+    n_test = len(meta["test_answers"])
+    return {"size": size, "d_model": config["d_model"], "dff": config["dff"],
+            "epochs": len(history), "train_seconds": round(trained, 1),
+            "best_val_chrf": round(best, 2), "history": history,
+            "test": score(answers[:n_test], meta["test_answers"]),
+            "samples": list(zip(meta["test_questions"][:8] + meta["test_questions"][n_test:],
+                                answers[:8] + answers[n_test:]))}
+
+
+def chatbot(prepared, out, seconds):
+    results = [child("chatbot", "jax", prepared, seconds, size)
+               for size in ("default", "tutorial")]
+    save(out, "chatbot", {"device": device_peak()[0], "results": results})
+    print("| model | epochs | training s | best validation chrF | test chrF | BLEU | distinct "
+          "| exact match | empty |\n|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        t = r["test"]
+        print(f"| {r['size']} (d_model {r['d_model']}, dff {r['dff']}) | {r['epochs']} | "
+              f"{r['train_seconds']} | {r['best_val_chrf']} | {t['chrf']} | {t['bleu']} | "
+              f"{t['distinct']} | {t['exact_match']} | {t['empty']} |")
+    for r in results:
+        print(f"\n{r['size']}:")
+        for question, answer in r["samples"]:
+            print(f"  {question} -> {answer}")
+
+
+# --- here, after the GPU ------------------------------------------------------------
+
+
+def compare(out):
+    """The GPU's runs against the CPU's: JAX's default precision, decoding tokens."""
+    runs = os.path.join(out, "runs-default")
+    reference = np.load(os.path.join(runs, "tensorflow.npz"))
+    jax = np.load(os.path.join(runs, "jax.npz"))
+    difference = np.abs(jax["logits"] - reference["logits"]).max()
+    print(f"JAX, default matmul precision on the GPU: largest logit difference from "
+          f"TensorFlow on the CPU {difference:.2e}; tokens equal: " + ", ".join(
+              f"{key} {np.array_equal(jax[key], reference[key])}"
+              for key in ("greedy", "beam", "beam_top2", "mmi")))
+    with open(os.path.join(out, "decode.json"), encoding="utf-8") as f:
+        gpu = json.load(f)
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = os.path.join(tmp, "cpu.weights.h5")
+        checksum = child("decode", "jax", "save", weights)["checksum"]
+        print(f"weights: GPU checksum {gpu['weights_checksum']:.6f}, CPU {checksum:.6f}")
+        cpu = {backend: child("decode", backend, "ours", weights)["tokens"]
+               for backend in ("tensorflow", "jax")}
+    for backend, tokens_of in cpu.items():
+        for impl in ("ours (jax)", "ours (torch)"):
+            shares = {case: np.mean([a == b for a, b in zip(gpu["rows"][impl]["tokens"][case],
+                                                            tokens)])
+                      for case, tokens in tokens_of.items()}
+            print(f"{impl} on the GPU against {backend} on the CPU, share of equal rows: "
+                  + ", ".join(f"{case} {share:.3f}" for case, share in shares.items()))
+
+
+WORKERS = {
+    "mixed": lambda args: worker_mixed(),
+    "train_keras": lambda args: worker_train_keras(args[0], int(args[1]),
+                                                   parse_settings(args[2])),
+    "train_torch": lambda args: worker_train_torch(int(args[0]), bool(int(args[1])),
+                                                   parse_settings(args[2])),
+    "decode": lambda args: worker_decode(args[0], args[1]),
+    "chatbot": lambda args: worker_chatbot(args[0], float(args[1]), args[2]),
+}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        print(json.dumps(WORKERS[argv[1]](argv[2:])))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=("prepare", "correctness", "mixed", "train", "decode",
+                                         "chatbot", "compare"))
+    parser.add_argument("paths", nargs="+", help="DIR and/or OUT, as the part needs")
+    parser.add_argument("--steps", type=int, default=20, help="timed training steps")
+    parser.add_argument("--settings", default=TRAIN_SETTINGS,
+                        help="training's dtype policies and batch sizes, "
+                             "'float32:64,mixed_bfloat16:4096,...'")
+    parser.add_argument("--seconds", type=float, default=600, help="chatbot training time")
+    args = parser.parse_args(argv)
+    paths = args.paths
+    if args.part != "compare":
+        os.makedirs(paths[-1], exist_ok=True)
+    if args.part == "prepare":
+        prepare(paths[0])
+    elif args.part == "correctness":
+        correctness(*paths)
+    elif args.part == "mixed":
+        mixed(paths[0])
+    elif args.part == "train":
+        settings = (parse_settings(args.settings) if isinstance(args.settings, str)
+                    else args.settings)
+        train(paths[0], args.steps, settings)
+    elif args.part == "decode":
+        decode(paths[0])
+    elif args.part == "chatbot":
+        chatbot(*paths, args.seconds)
+    else:
+        compare(paths[0])
+
+
+if __name__ == "__main__":
+    main()
