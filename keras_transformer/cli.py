@@ -90,45 +90,29 @@ def _train_config(args, defaults):
 
 
 def _decoding_flags(parser, method):
-    from keras_transformer.generation import METHODS, MMI_WEIGHT
+    """One flag per `GenerateConfig` option that has one; `--method` defaults to `method`."""
+    from keras_transformer.generation import METHODS, GenerateConfig
 
     group = parser.add_argument_group("decoding")
-    group.add_argument("--method", choices=METHODS, default=method,
-                       help="greedy, beam search, sampling, or beam search reranked by "
-                       "mutual information (mmi: demotes answers that fit any input) "
-                       "(default: %(default)s)")
-    group.add_argument("--beam-size", type=int, default=4,
-                       help="for beam and mmi (default: %(default)s)")
-    group.add_argument("--length-penalty", type=float, default=0.6,
-                       help="GNMT alpha, for beam and mmi (default: %(default)s)")
-    group.add_argument("--mmi-weight", type=float, default=MMI_WEIGHT,
-                       help="lambda in log p(T|S) - lambda log p(T), for mmi "
-                       "(default: %(default)s)")
-    group.add_argument("--temperature", type=float, default=1.0)
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--seed", type=int, default=None, help="sampling seed")
+    for field in GenerateConfig.fields(flag=True):
+        default = method if field.name == "method" else field.default
+        group.add_argument(
+            "--" + field.name.replace("_", "-"), default=default,
+            type=None if field.name == "method" else field.type,
+            choices=METHODS if field.name == "method" else None,
+            help=field.metadata["help"] + ("" if default is None else " (default: %(default)s)"),
+        )
 
 
 def _generate_options(args):
     """The decoding flags as `generate` arguments, checked."""
-    from keras_transformer.generation import check_generate_options
+    from keras_transformer.generation import GenerateConfig
 
-    options = {
-        "method": args.method,
-        "beam_size": args.beam_size,
-        "length_penalty": args.length_penalty,
-        "mmi_weight": args.mmi_weight,
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "seed": args.seed,
-    }
+    given = {field.name: getattr(args, field.name) for field in GenerateConfig.fields(flag=True)}
     try:
-        check_generate_options(**options)
+        return GenerateConfig(**given).options(flag=True)
     except ValueError as error:
         raise InputError(str(error)) from None
-    return options
 
 
 def demo(args):

@@ -27,13 +27,12 @@ import tensorflow as tf
 
 from keras_transformer import _config
 from keras_transformer.data.pipeline import padded_sources
-from keras_transformer.generation import METHODS, check_generate_options
+from keras_transformer.generation import METHODS, GenerateConfig
 
 VOCABULARY_FILES = ("source_vocab.txt", "target_vocab.txt")
 # The `generate` options an export fixes (sampling is left out: a served model
 # answers the same request the same way).
-EXPORTED_OPTIONS = frozenset({"method", "beam_size", "length_penalty", "mmi_weight",
-                              "max_length"})
+EXPORTED_OPTIONS = frozenset(field.name for field in GenerateConfig.fields(export=True))
 
 
 class TranslatorModule(tf.Module):
@@ -59,7 +58,7 @@ class TranslatorModule(tf.Module):
                             f"takes {sorted(EXPORTED_OPTIONS)}")
         _config.check_choice("method", generate_options.get("method", "greedy"),
                              [m for m in METHODS if m != "sample"])
-        check_generate_options(**generate_options)
+        GenerateConfig(**generate_options)
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer

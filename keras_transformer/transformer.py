@@ -228,76 +228,31 @@ class Transformer(_backend.TrainerMixin, keras.Model):
     def _cross_weights(self, weights):
         return [weights[f"decoder_layer{i + 1}_block2"] for i in range(self.num_layers)]
 
-    def generate(
-        self,
-        inp,
-        max_length=None,
-        method="greedy",
-        beam_size=4,
-        length_penalty=0.6,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=None,
-        return_attention_weights=False,
-        jit_compile="auto",
-        use_cache=True,
-        num_return_sequences=1,
-        mmi_weight=generation.MMI_WEIGHT,
-    ):
+    def generate(self, inp, max_length=None, **options):
         """Batched autoregressive decoding in one compiled loop.
 
         Args:
             inp: int tensor `(B, S)`. Source ids padded with `<PAD>`.
             max_length: int. Most tokens to generate, `<END>` included; at most
                 `maximum_position_encoding` (the default).
-            method: str. `"greedy"`, `"beam"`, `"sample"` or `"mmi"`: beam
-                search whose `beam_size` hypotheses are reranked by
-                `log p(T|S) - mmi_weight * log p(T)`, `p(T)` being the model's
-                probability of the answer for an empty source (maximum mutual
-                information, Li et al., 2016: it demotes answers that fit any
-                input, like "I don't know"). Defaults to `"greedy"`.
-            beam_size: int. Hypotheses per row for `"beam"` and `"mmi"`.
-                Defaults to `4`.
-            length_penalty: float. GNMT alpha for `"beam"` and `"mmi"`.
-                Defaults to `0.6`.
-            temperature: float > 0. For `"sample"`. Defaults to `1.0`.
-            top_k: int. For `"sample"`: keep the k most likely tokens; `0`
-                keeps all. Defaults to `0`.
-            top_p: float in (0, 1]. For `"sample"`: nucleus mass. Defaults to
-                `1.0`.
-            seed: int. Makes `"sample"` reproducible. Defaults to `None`
-                (drawn from Python's `random`, which
-                `keras.utils.set_random_seed` seeds).
-            return_attention_weights: bool. `"greedy"` only: also return a dict
-                `{"decoder_layer{i}_block2": (B, heads, n, S)}` of the
-                cross-attention of every generated step.
-            jit_compile: bool or `"auto"`. On TensorFlow, `True` compiles the
-                loop with XLA: one compilation per input shape (2-3 s on 2
-                CPU cores for the tutorial's model), then faster per token
-                than TensorFlow's graph (`benchmarks/bench_decode_peers.py`);
-                `False` runs the loop as a TensorFlow graph; `"auto"` is
-                `True` except for `"sample"`, whose random draw XLA does not
-                compile. On JAX, `"auto"` and `True` compile with `jax.jit`
-                (one compilation per input shape and option set). On
-                PyTorch, `True` compiles it with `torch.compile` (minutes
-                per input shape, then faster per token); `"auto"` and
-                `False` run it eagerly. Defaults to `"auto"`.
-            use_cache: bool. Decode with the key/value cache; `False`
-                re-runs the decoder over the whole prefix at every step (slow;
-                `"greedy"` and `"sample"` only). Defaults to `True`.
-            num_return_sequences: int. For `"beam"` and `"mmi"`: return this
-                many hypotheses per row (at most `beam_size`), best first, as
-                `(B, num_return_sequences, n)`. Defaults to `1`.
-            mmi_weight: float >= 0. lambda of `"mmi"`; `0` ranks by
-                `log p(T|S)` alone. Defaults to `generation.MMI_WEIGHT`.
+            **options: the decoding options, each described with its default
+                in `generation.GenerateConfig`: `method` (`"greedy"`,
+                `"beam"`, `"sample"` or `"mmi"`), `beam_size`,
+                `length_penalty`, `mmi_weight`, `temperature`, `top_k`,
+                `top_p`, `seed`, `num_return_sequences`,
+                `return_attention_weights`, `jit_compile`, `use_cache`.
 
         Returns:
             int32 `(B, n)`: the tokens after `<SOS>`, `<END>` included when
             produced, then `<PAD>`; `n <= max_length` is the number of steps
             run (decoding stops once every row has produced `<END>`). With
             `num_return_sequences > 1`, `(B, num_return_sequences, n)`. With
-            `return_attention_weights`, `(tokens, weights)`.
+            `return_attention_weights`, `(tokens, weights)`: weights a dict
+            `{"decoder_layer{i}_block2": (B, heads, n, S)}`.
+
+        Raises:
+            TypeError: an option `GenerateConfig` does not have.
+            ValueError: an option's value, naming it.
 
         Example:
         >>> model = Transformer(num_layers=1, d_model=16, num_heads=2, dff=32,
@@ -307,21 +262,22 @@ class Transformer(_backend.TrainerMixin, keras.Model):
         >>> keras.backend.standardize_dtype(tokens.dtype), tokens.shape[0], tokens.shape[1] <= 8
         ('int32', 1, True)
         """
-        if max_length is None:
-            max_length = self.maximum_position_encoding
-        max_length = _config.check_positive_int("max_length", max_length)
+        try:
+            config = generation.GenerateConfig(max_length=max_length, **options)
+        except TypeError:
+            unknown = sorted(set(options) - {f.name for f in generation.GenerateConfig.fields()})
+            raise TypeError(
+                f"generate() got unexpected keyword argument(s) {unknown}; its options are "
+                f"the fields of GenerateConfig: "
+                f"{[f.name for f in generation.GenerateConfig.fields()]}"
+            ) from None
+        max_length = config.max_length or self.maximum_position_encoding
         if max_length > self.maximum_position_encoding:
             raise ValueError(
                 "Received an invalid value for argument `max_length`, expected at "
                 f"most maximum_position_encoding={self.maximum_position_encoding}. "
                 f"Received: max_length={max_length}"
             )
-        generation.check_generate_options(
-            method=method, beam_size=beam_size, temperature=temperature, top_k=top_k, top_p=top_p,
-            mmi_weight=mmi_weight, num_return_sequences=num_return_sequences,
-            return_attention_weights=return_attention_weights, use_cache=use_cache,
-            jit_compile=jit_compile,
-        )
         inp = ops.convert_to_tensor(inp)
         dtype = keras.backend.standardize_dtype(inp.dtype)
         if len(inp.shape) != 2 or "int" not in dtype:
@@ -335,32 +291,24 @@ class Transformer(_backend.TrainerMixin, keras.Model):
             self.encoder._check_ids(inp)
         if not self.built:  # create every weight before tracing the loop
             self.build((tuple(inp.shape), (inp.shape[0], max_length)))
-        if seed is None:
-            seed = random.randrange(2**31)
 
         # The options fixed in the compiled loop; the others are its tensor arguments.
-        options = dict(
-            method=method, max_length=max_length, beam_size=beam_size, top_k=top_k,
-            return_attention_weights=return_attention_weights, use_cache=use_cache,
-            num_return_sequences=num_return_sequences,
-        )
-        jit_compile = generation.resolve_jit_compile(jit_compile, method)
+        fixed = dict(config.options(tensor=False), max_length=max_length)
+        jit_compile = generation.resolve_jit_compile(fixed.pop("jit_compile"), config.method)
         decode = self._generate_fns.get(
-            (jit_compile, *options.items()),
+            (jit_compile, *sorted(fixed.items())),
             lambda: _backend.compile_decoding(
-                self, functools.partial(generation.decode, self, **options), jit_compile
+                self, functools.partial(generation.decode, self, **fixed), jit_compile
             ),
         )
-        tokens, n, weights = decode(
-            inp,
-            ops.convert_to_tensor(temperature, "float32"),
-            ops.convert_to_tensor(top_p, "float32"),
-            ops.convert_to_tensor(length_penalty, "float32"),
-            ops.convert_to_tensor(seed, "int32"),
-            ops.convert_to_tensor(mmi_weight, "float32"),
-        )
+        tensors = config.options(tensor=True)
+        if tensors["seed"] is None:
+            tensors["seed"] = random.randrange(2**31)
+        tensors = {name: ops.convert_to_tensor(value, "int32" if name == "seed" else "float32")
+                   for name, value in tensors.items()}
+        tokens, n, weights = decode(inp, tensors)
         tokens = tokens[..., :n]  # (B, n) or (B, R, n)
-        if return_attention_weights:
+        if config.return_attention_weights:
             return tokens, {name: w[:, :, :n, :] for name, w in weights.items()}
         return tokens
 

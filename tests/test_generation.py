@@ -6,7 +6,10 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer import cli
 from keras_transformer.data import reverse_task
+from keras_transformer.export import EXPORTED_OPTIONS
+from keras_transformer.generation import GenerateConfig
 
 PAD, SOS, END = 0, 1, 2
 
@@ -230,6 +233,23 @@ def test_inference_is_the_tutorials_list_of_ids(trained_model):
 def test_generate_rejects_bad_arguments(random_model, kwargs, arg):
     with pytest.raises(ValueError, match=f"`{arg}`.*Received: "):
         random_model.generate(np.array([[4, 5]]), **kwargs)
+
+
+def test_generate_rejects_an_option_it_does_not_have(random_model):
+    with pytest.raises(TypeError, match=r"\['beam_width'\].*GenerateConfig"):
+        random_model.generate(np.array([[4, 5]]), beam_width=3)
+
+
+def test_every_decoding_option_comes_from_generate_config():
+    """The command line's flags, their defaults and the export's options are
+    `GenerateConfig`'s: an option added there reaches them all."""
+    flagged = {field.name: field.default for field in GenerateConfig.fields(flag=True)}
+    args = cli.build_parser().parse_args(["translate", "--model", "m", "text"])
+    assert cli._generate_options(args) == flagged
+    chat = cli.build_parser().parse_args(["chat", "--model", "m", "--beam-size", "8"])
+    assert cli._generate_options(chat) == dict(flagged, method="mmi", beam_size=8)
+    assert EXPORTED_OPTIONS == {field.name for field in GenerateConfig.fields(export=True)}
+    assert EXPORTED_OPTIONS <= set(flagged) | {"max_length"}
 
 
 def test_generate_rejects_ids_outside_the_vocabulary(random_model):
