@@ -2,20 +2,29 @@
 
 The tutorial builds every object from one dict, `Transformer(**kargs)`,
 `Encoder(**kargs)`, `MultiHeadAttention(**kargs)`, ... so each class must accept
-the whole dict and ignore the keys it does not use. Anything else that is not a
-Keras base-layer argument is a typo and raises `TypeError`.
+the whole dict and ignore the keys it does not use. The keys of that dict are
+the options of `Transformer` (the tutorial's and this package's: its
+signature); a class's own options are the parameters of its `__init__` (and of
+its bases'), which `init_options` reads, for `get_config` too. Any other key is
+a typo, or an option of another class (`type_vocab_size` belongs to BERT's
+encoder), and raises `TypeError`.
 """
 
+import functools
+import inspect
 import numbers
 
 # The model sizes, which must be positive integers.
 _POSITIVE_INT_ARGS = frozenset({"num_layers", "d_model", "num_heads", "dff", "input_vocab_size",
                                 "target_vocab_size", "maximum_position_encoding"})
-# The tutorial's `kargs` keys plus this package's model options.
-CONFIG_KEYS = _POSITIVE_INT_ARGS | {"model_name", "end_token_idx", "rate", "norm_first",
-                                    "activation", "position_encoding", "share_embeddings",
-                                    "pad_token_idx", "start_token_idx", "type_vocab_size",
-                                    "embedding_layernorm"}
+
+# The choices of the options that several modules check: declared here once,
+# read by the code that implements them (`feed_forward`, `_stack`, `bert`,
+# `text.tokenizers`) and by the recipes' configs (`config`).
+ACTIVATIONS = ("relu", "gelu")
+POSITION_ENCODINGS = ("sinusoidal", "learned")
+POOLINGS = ("cls", "mean")
+TOKENIZERS = ("wordpiece", "word", "char")
 
 # Arguments that `keras.layers.Layer.__init__` understands.
 _KERAS_LAYER_KEYS = frozenset(
@@ -23,27 +32,70 @@ _KERAS_LAYER_KEYS = frozenset(
 )
 
 
+@functools.cache
+def kargs_keys():
+    """The keys a `kargs` dict may hold: the options of `Transformer`."""
+    from keras_transformer.transformer import Transformer
+
+    return frozenset(init_options(Transformer))
+
+
 def layer_kwargs(cls_name: str, kwargs: dict) -> dict:
-    """Drops config keys the class does not use; rejects unknown keys.
+    """Drops the `kargs` keys the class does not use; rejects unknown keys.
 
     Args:
         cls_name: str. The class being built, for the error message.
-        kwargs: dict. The keyword arguments left over after the class took its own.
+        kwargs: dict. The keyword arguments left over after the class took its
+            own (the parameters of its signature).
 
     Returns:
         The keyword arguments to forward to `keras.layers.Layer.__init__`.
 
     Raises:
-        TypeError: a key is neither a config key nor a Keras layer argument.
+        TypeError: a key is neither a `kargs` key nor a Keras layer argument.
     """
-    unknown = sorted(set(kwargs) - CONFIG_KEYS - _KERAS_LAYER_KEYS)
+    keys = kargs_keys()
+    unknown = sorted(set(kwargs) - keys - _KERAS_LAYER_KEYS)
     if unknown:
         raise TypeError(
-            f"{cls_name} got unexpected keyword argument(s) {unknown}. "
-            f"Expected the tutorial's config keys {sorted(CONFIG_KEYS)} or "
-            f"Keras layer arguments {sorted(_KERAS_LAYER_KEYS)}."
+            f"{cls_name} got unexpected keyword argument(s) {unknown}. It takes the options "
+            f"of its signature, the config keys of the tutorial's kargs and of Transformer "
+            f"{sorted(keys)} (ignored where unused) and Keras layer arguments "
+            f"{sorted(_KERAS_LAYER_KEYS)}."
         )
     return {k: v for k, v in kwargs.items() if k in _KERAS_LAYER_KEYS}
+
+
+def init_options(cls, exclude=()):
+    """The named parameters of `cls.__init__` and of its bases', in order.
+
+    The bases are read up to the first Keras class; `self` and `*args` /
+    `**kwargs` are not options.
+
+    Args:
+        cls: a layer or model class of this package.
+        exclude: names to leave out (arguments that are not configuration,
+            like an embedding layer to share).
+
+    Returns:
+        tuple of str.
+    """
+    names = []
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("keras."):
+            break
+        if "__init__" not in vars(klass):
+            continue
+        for parameter in inspect.signature(klass.__init__).parameters.values():
+            named = parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+            if named and parameter.name not in ("self", *exclude, *names):
+                names.append(parameter.name)
+    return tuple(names)
+
+
+def options_config(layer, exclude=()):
+    """`{option: layer.option}` for every `init_options` of the layer's class."""
+    return {name: getattr(layer, name) for name in init_options(type(layer), exclude)}
 
 
 def check_model_args(**args) -> None:

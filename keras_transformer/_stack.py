@@ -19,7 +19,6 @@ from keras import ops
 from keras_transformer import _backend, _config
 from keras_transformer.positional import positional_encoding
 
-POSITION_ENCODINGS = ("sinusoidal", "learned")
 
 
 class Dropout(keras.layers.Dropout):
@@ -78,9 +77,7 @@ class TransformerLayer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
-                       "rate": self.rate, "norm_first": self.norm_first,
-                       "activation": self.activation})
+        config.update(_config.options_config(self))
         return config
 
 
@@ -94,10 +91,9 @@ class TransformerStack(keras.layers.Layer):
     ids into the first layer's input.
     """
 
-    CONFIG = ("num_layers", "d_model", "num_heads", "dff", "maximum_position_encoding", "rate",
-              "norm_first", "activation", "position_encoding", "pad_token_idx")
-    # BERT's embedding options (the `Transformer` leaves them at their defaults).
-    EMBEDDING_CONFIG = ("type_vocab_size", "embedding_layernorm")
+    # Arguments that are not configuration: the subclass stores `vocab_size`
+    # under its tutorial name, and an embedding to share is its owner's.
+    NOT_CONFIG = ("vocab_size", "embedding")
 
     def __init__(self, num_layers, d_model, num_heads, dff, vocab_size,
                  maximum_position_encoding, rate=0.1, norm_first=False, activation="relu",
@@ -108,7 +104,8 @@ class TransformerStack(keras.layers.Layer):
             num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
             maximum_position_encoding=maximum_position_encoding, rate=rate,
         )
-        _config.check_choice("position_encoding", position_encoding, POSITION_ENCODINGS)
+        _config.check_choice("position_encoding", position_encoding,
+                             _config.POSITION_ENCODINGS)
         self.num_layers = num_layers
         self.d_model = d_model
         self.num_heads = num_heads
@@ -153,8 +150,7 @@ class TransformerStack(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in (*self.CONFIG,
-                                                                *self.EMBEDDING_CONFIG)})
+        config.update(_config.options_config(self, exclude=self.NOT_CONFIG))
         return config
 
     def _build_embeddings(self, input_shape):

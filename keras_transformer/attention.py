@@ -203,5 +203,5 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"d_model": self.d_model, "num_heads": self.num_heads})
+        config.update(_config.options_config(self))
         return config

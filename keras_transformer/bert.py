@@ -20,7 +20,6 @@ from keras_transformer import _config
 from keras_transformer._stack import Dropout, layer_norm
 from keras_transformer.encoder import Encoder
 
-POOLINGS = ("cls", "mean")
 # BERT's encoder options (seed 001): what `bert_encoder` sets unless told otherwise.
 BERT_ENCODER_OPTIONS = {"norm_first": True, "activation": "gelu",
                         "position_encoding": "learned", "type_vocab_size": 2,
@@ -108,10 +107,6 @@ class MaskedLanguageModel(keras.Model):
     (2, 8, 50)
     """
 
-    CONFIG = ("num_layers", "d_model", "num_heads", "dff", "input_vocab_size",
-              "maximum_position_encoding", "rate", "pad_token_idx", "model_name",
-              *BERT_ENCODER_OPTIONS)
-
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
                  maximum_position_encoding, rate=0.1, pad_token_idx=0, model_name="bert",
                  **kwargs):
@@ -123,7 +118,7 @@ class MaskedLanguageModel(keras.Model):
                                     maximum_position_encoding, rate, pad_token_idx,
                                     dtype=self.dtype_policy, **options)
         _config.set_attributes(self, model_name=model_name, **{
-            name: getattr(self.encoder, name) for name in self.CONFIG if name != "model_name"})
+            name: getattr(self.encoder, name) for name in self._options() if name != "model_name"})
         self.mlm_dense = keras.layers.Dense(d_model, activation=self.encoder.activation,
                                             dtype=self.dtype_policy, name="mlm_dense")
         self.mlm_layernorm = layer_norm(self.dtype_policy, "mlm_layernorm")
@@ -152,9 +147,14 @@ class MaskedLanguageModel(keras.Model):
     def compute_mask(self, inputs, mask=None):
         return None
 
+    @classmethod
+    def _options(cls):
+        """The options of its config: its signature's and `BERT_ENCODER_OPTIONS`."""
+        return (*_config.init_options(cls), *BERT_ENCODER_OPTIONS)
+
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in self.CONFIG})
+        config.update({name: getattr(self, name) for name in self._options()})
         return config
 
 
@@ -205,7 +205,7 @@ class SequenceClassifier(keras.Model):
                 "Received an invalid value for argument `num_classes`, expected at least "
                 f"2 classes. Received: num_classes={num_classes}"
             )
-        _config.check_choice("pooling", pooling, POOLINGS)
+        _config.check_choice("pooling", pooling, _config.POOLINGS)
         _config.set_attributes(self, encoder=encoder, num_classes=num_classes,
                                pooling=pooling, rate=_config.check_rate("rate", rate))
         self.dropout = Dropout(rate, dtype=self.dtype_policy, name="dropout")

@@ -12,14 +12,11 @@ import dataclasses
 import numbers
 
 from keras_transformer import _config
+from keras_transformer._config import ACTIVATIONS, POOLINGS, POSITION_ENCODINGS, TOKENIZERS
 from keras_transformer.errors import InputError
 
-TOKENIZERS = ("wordpiece", "word", "char")
-ACTIVATIONS = ("relu", "gelu")
-POSITION_ENCODINGS = ("sinusoidal", "learned")
 PRECISIONS = ("bf16", "fp16")
 STRATEGIES = ("mirrored", "multi_worker", "tpu")
-POOLINGS = ("cls", "mean")
 
 
 def _option(default, help, group, type=None, choices=None):
@@ -29,8 +26,72 @@ def _option(default, help, group, type=None, choices=None):
     )
 
 
+def _override(name, default, help=None):
+    """A field of `RecipeConfig` with this recipe's default (and help text)."""
+    field = RecipeConfig.__dataclass_fields__[name]
+    metadata = dict(field.metadata, help=help or field.metadata["help"])
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class RecipeConfig:
+    """The options every recipe has, declared once: its text, its model's sizes
+    (the tutorial's `kargs` names) and the run harness's fit loop.
+
+    `TrainConfig`, `PretrainConfig` and `ClassifyConfig` extend it; where a
+    recipe's default differs, it overrides the default only (`_override`).
+    The defaults here are `TrainConfig`'s.
+    """
+
+    # Text.
+    tokenizer: str = _option("wordpiece", "wordpiece (sub-words), word (the tutorial's) or "
+                             "char", "text", choices=TOKENIZERS)
+    vocab_size: int = _option(8000, "largest vocabulary per side", "text", int)
+    lower_case: bool = _option(True, "lower-case the text", "text", bool)
+    max_length: int = _option(25, "maximum_position_encoding: longer sentences are cut",
+                              "text", int)
+    # Model: the tutorial's kargs.
+    num_layers: int = _option(2, "encoder and decoder layers (each)", "model", int)
+    d_model: int = _option(256, "model width", "model", int)
+    num_heads: int = _option(8, "attention heads", "model", int)
+    dff: int = _option(1024, "inner width of the feed-forward networks", "model", int)
+    rate: float = _option(0.1, "dropout rate", "model", float)
+    # The fit loop (`harness.TrainingRun`).
+    batch_size: int = _option(64, "sentence pairs per step (the global batch under a "
+                              "strategy)", "training", int)
+    epochs: int = _option(100, "most epochs", "training", int)
+    patience: int = _option(10, "early stopping: epochs without a better validation chrF, "
+                            "counted once the warm-up is over", "training", int)
+    warmup_steps: int = _option(400, "learning-rate warm-up steps", "training", int)
+    learning_rate: float = _option(None, "peak learning rate (default: the paper's peak for "
+                                   "d_model, (d_model * 4000) ** -0.5)", "training", float)
+    time_budget: float = _option(None, "stop training after this many seconds, then "
+                                 "evaluate and save", "training", float)
+    valid_fraction: float = _option(0.1, "validation share of the data when no validation "
+                                    "set is given", "training", float)
+    seed: int = _option(0, "seed of the split, the initial weights and the batch order",
+                        "training", int)
+    jit_compile: bool = _option(False, "XLA-compile the training step", "scale", bool)
+
+    def __post_init__(self):
+        _checked(self._check)
+
+    def _check(self):
+        _check_common(self)
+
+    def to_dict(self):
+        """The options as JSON-compatible values."""
+        return dataclasses.asdict(self)
+
+    def model_options(self):
+        """The fields that are model options: the keys of a `kargs` dict."""
+        keys = _config.kargs_keys()
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.name in keys}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(RecipeConfig):
     """The options of `keras_transformer.train`, with their defaults.
 
     The model options are the tutorial's `kargs` (`num_layers`, `d_model`,
@@ -49,24 +110,9 @@ class TrainConfig:
     keras_transformer.errors.InputError: Received an invalid value for argument `d_model`, ...
     """
 
-    # Text.
-    tokenizer: str = _option("wordpiece", "wordpiece (sub-words), word (the tutorial's) or "
-                             "char", "text", choices=TOKENIZERS)
-    vocab_size: int = _option(8000, "largest vocabulary per side", "text", int)
     shared_vocabulary: bool = _option(False, "one vocabulary learned from both sides",
                                       "text", bool)
-    lower_case: bool = _option(True, "lower-case the text", "text", bool)
-    max_length: int = _option(25, "maximum_position_encoding: longer sentences are cut",
-                              "text", int)
-    # Model: the tutorial's kargs and the Transformer's options.
-    num_layers: int = _option(2, "encoder and decoder layers (each)", "model", int)
-    d_model: int = _option(256, "model width", "model", int)
-    num_heads: int = _option(8, "attention heads", "model", int)
-    dff: int = _option(1024, "inner width of the feed-forward networks", "model", int)
-    rate: float = _option(0.1, "dropout rate", "model", float)
-    token_dropout: float = _option(0.1, "share of source tokens replaced with <UNK> in "
-                                   "training (robustness to unseen wording)", "training",
-                                   float)
+    # Model: the Transformer's options.
     norm_first: bool = _option(True, "pre-LayerNorm blocks (post-LN, the tutorial's, "
                                "with --no-norm-first)", "model", bool)
     activation: str = _option("relu", "feed-forward activation", "model",
@@ -76,24 +122,11 @@ class TrainConfig:
     share_embeddings: bool = _option(False, "one embedding matrix for both sides and the "
                                      "output (needs a shared vocabulary)", "model", bool)
     # Optimisation.
-    batch_size: int = _option(64, "sentence pairs per step (the global batch under a "
-                              "strategy)", "training", int)
-    epochs: int = _option(100, "most epochs", "training", int)
-    patience: int = _option(10, "early stopping: epochs without a better validation chrF, "
-                            "counted once the warm-up is over",
-                            "training", int)
-    warmup_steps: int = _option(400, "learning-rate warm-up steps", "training", int)
-    learning_rate: float = _option(None, "peak learning rate (default: the paper's peak for "
-                                   "d_model, (d_model * 4000) ** -0.5)", "training", float)
+    token_dropout: float = _option(0.1, "share of source tokens replaced with <UNK> in "
+                                   "training (robustness to unseen wording)", "training",
+                                   float)
     label_smoothing: float = _option(0.1, "label smoothing", "training", float)
-    time_budget: float = _option(None, "stop training after this many seconds, then "
-                                 "evaluate and save", "training", float)
-    valid_fraction: float = _option(0.1, "validation share of the data when no validation "
-                                    "set is given", "training", float)
-    seed: int = _option(0, "seed of the split, the initial weights and the batch order",
-                        "training", int)
     # Speed and scale.
-    jit_compile: bool = _option(False, "XLA-compile the training step", "scale", bool)
     mixed_precision: str = _option(None, "mixed_bfloat16 or mixed_float16 (with loss "
                                    "scaling) training", "scale", choices=PRECISIONS)
     static_shape: bool = _option(False, "pad every batch to max_length and drop the last "
@@ -102,9 +135,6 @@ class TrainConfig:
     strategy: str = _option(None, "tf.distribute strategy (multi_worker: one process per "
                             "worker, each with its TF_CONFIG); in Python also a "
                             "tf.distribute.Strategy", "scale", choices=STRATEGIES)
-
-    def __post_init__(self):
-        _checked(self._check)
 
     def _check(self):
         _check_common(self)
@@ -131,7 +161,7 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class _EncoderConfig:
+class _EncoderConfig(RecipeConfig):
     """What the encoder-only recipes share: BERT's encoder (seed 001: learned
     positions, segment embeddings, LayerNorm on the embeddings, pre-LN layers
     with GELU) with the tutorial's `kargs` names for its sizes.
@@ -145,40 +175,21 @@ class _EncoderConfig:
     epochs in the same time.
     """
 
-    tokenizer: str = _option("wordpiece", "wordpiece (sub-words), word or char", "text",
-                             choices=TOKENIZERS)
-    vocab_size: int = _option(4000, "largest vocabulary, [CLS] [SEP] [MASK] included", "text",
-                              int)
-    lower_case: bool = _option(True, "lower-case the text", "text", bool)
-    max_length: int = _option(32, "maximum_position_encoding: tokens per input, [CLS] and "
-                              "[SEP] included; longer texts are cut", "text", int)
-    num_layers: int = _option(2, "encoder layers", "model", int)
-    d_model: int = _option(128, "model width", "model", int)
-    num_heads: int = _option(4, "attention heads", "model", int)
-    dff: int = _option(512, "inner width of the feed-forward networks", "model", int)
-    rate: float = _option(0.1, "dropout rate", "model", float)
-    batch_size: int = _option(64, "texts per step", "training", int)
-    epochs: int = _option(100, "most epochs", "training", int)
-    patience: int = _option(5, "early stopping: epochs without a better validation score",
-                            "training", int)
-    warmup_steps: int = _option(400, "learning-rate warm-up steps", "training", int)
-    learning_rate: float = _option(1e-3, "peak learning rate", "training", float)
-    time_budget: float = _option(None, "stop training after this many seconds, then "
-                                 "evaluate and save", "training", float)
-    valid_fraction: float = _option(0.1, "validation share of the data", "training", float)
-    seed: int = _option(0, "seed of the split, the initial weights and the batch order",
-                        "training", int)
-    jit_compile: bool = _option(False, "XLA-compile the training step", "scale", bool)
-
-    def __post_init__(self):
-        _checked(self._check)
-
-    def _check(self):
-        _check_common(self)
-
-    def to_dict(self):
-        """The options as JSON-compatible values."""
-        return dataclasses.asdict(self)
+    tokenizer: str = _override("tokenizer", "wordpiece",
+                               "wordpiece (sub-words), word or char")
+    vocab_size: int = _override("vocab_size", 4000,
+                                "largest vocabulary, [CLS] [SEP] [MASK] included")
+    max_length: int = _override("max_length", 32, "maximum_position_encoding: tokens per "
+                                "input, [CLS] and [SEP] included; longer texts are cut")
+    num_layers: int = _override("num_layers", 2, "encoder layers")
+    d_model: int = _override("d_model", 128)
+    num_heads: int = _override("num_heads", 4)
+    dff: int = _override("dff", 512)
+    batch_size: int = _override("batch_size", 64, "texts per step")
+    patience: int = _override("patience", 5,
+                              "early stopping: epochs without a better validation score")
+    learning_rate: float = _override("learning_rate", 1e-3, "peak learning rate")
+    valid_fraction: float = _override("valid_fraction", 0.1, "validation share of the data")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,8 +203,8 @@ class PretrainConfig(_EncoderConfig):
 
     mask_rate: float = _option(0.15, "share of tokens masked (then 80% [MASK], 10% random, "
                                "10% kept)", "training", float)
-    patience: int = _option(10, "early stopping: epochs without a lower validation loss",
-                            "training", int)
+    patience: int = _override("patience", 10,
+                              "early stopping: epochs without a lower validation loss")
 
     def _check(self):
         _check_common(self)
@@ -214,9 +225,9 @@ class ClassifyConfig(_EncoderConfig):
 
     pooling: str = _option("cls", "classify the [CLS] state (cls) or the mean token state",
                            "model", choices=POOLINGS)
-    patience: int = _option(5, "early stopping: epochs without a better validation "
-                            "accuracy", "training", int)
-    learning_rate: float = _option(2e-4, "peak learning rate", "training", float)
+    patience: int = _override("patience", 5, "early stopping: epochs without a better validation "
+                              "accuracy")
+    learning_rate: float = _override("learning_rate", 2e-4, "peak learning rate")
 
 
 def _checked(check):

@@ -246,8 +246,3 @@ class Decoder(TransformerStack):
         if cache is None:
             return x, attention_weights
         return x, attention_weights, new_cache
-
-    def get_config(self):
-        config = super().get_config()
-        config["target_vocab_size"] = self.target_vocab_size
-        return config

@@ -202,8 +202,3 @@ class Encoder(MaskByKeyword, TransformerStack):
 
     def compute_mask(self, x, mask=None):
         return ops.not_equal(x, self.pad_token_idx)  # (B, S)
-
-    def get_config(self):
-        config = super().get_config()
-        config["input_vocab_size"] = self.input_vocab_size
-        return config

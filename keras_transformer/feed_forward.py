@@ -9,7 +9,6 @@ import keras
 
 from keras_transformer import _config
 
-ACTIVATIONS = ("relu", "gelu")
 
 
 def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
@@ -34,7 +33,7 @@ def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
     """
     kwargs = _config.layer_kwargs("point_wise_feed_forward_network", kwargs)
     _config.check_model_args(d_model=d_model, dff=dff)
-    _config.check_choice("activation", activation, ACTIVATIONS)
+    _config.check_choice("activation", activation, _config.ACTIVATIONS)
     dtype = kwargs.pop("dtype", None)
     return keras.Sequential(
         [

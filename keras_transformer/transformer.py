@@ -105,9 +105,6 @@ class Transformer(_backend.TrainerMixin, keras.Model):
     (2, 25, 8000)
     """
 
-    CONFIG = (*TransformerStack.CONFIG, "input_vocab_size", "target_vocab_size",
-              "end_token_idx", "model_name", "share_embeddings", "start_token_idx")
-
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
                  maximum_position_encoding, rate=0.1, end_token_idx=2, model_name="transformer",
                  norm_first=False, activation="relu", position_encoding="sinusoidal",
@@ -143,8 +140,11 @@ class Transformer(_backend.TrainerMixin, keras.Model):
             shared = keras.layers.Embedding(
                 input_vocab_size, d_model, dtype=self.dtype_policy, name="shared_embedding"
             )
-        # The arguments the encoder and the decoder share.
-        common = {name: getattr(self, name) for name in TransformerStack.CONFIG}
+        # The arguments the encoder and the decoder share (BERT's embedding
+        # options stay at their defaults).
+        common = {name: getattr(self, name) for name in _config.init_options(
+            TransformerStack,
+            exclude=(*TransformerStack.NOT_CONFIG, "type_vocab_size", "embedding_layernorm"))}
         common.update(embedding=shared, dtype=self.dtype_policy)
         self.encoder = Encoder(input_vocab_size=input_vocab_size, name="encoder", **common)
         self.decoder = Decoder(target_vocab_size=target_vocab_size, name="decoder", **common)
@@ -365,5 +365,5 @@ class Transformer(_backend.TrainerMixin, keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update({name: getattr(self, name) for name in self.CONFIG})
+        config.update(_config.options_config(self))
         return config

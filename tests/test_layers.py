@@ -44,6 +44,19 @@ def test_typo_in_kargs_is_a_type_error(cls):
         cls(**kargs)
 
 
+@pytest.mark.parametrize(("cls", "option"), [
+    (kt.MultiHeadAttention, {"type_vocab_size": 2}),
+    (kt.EncoderLayer, {"embedding_layernorm": True}),
+    (kt.DecoderLayer, {"mask_rate": 0.15}),
+    (kt.Transformer, {"type_vocab_size": 2}),
+])
+def test_an_option_of_another_class_is_a_type_error(cls, option):
+    """A class ignores the keys of a `kargs` dict (`Transformer`'s options) it
+    does not use, but an option no `kargs` holds is a mistake."""
+    with pytest.raises(TypeError, match=list(option)[0]):
+        cls(**tiny_kargs(**option))
+
+
 @pytest.mark.parametrize("cls", LAYER_CLASSES)
 @pytest.mark.parametrize(
     "options",

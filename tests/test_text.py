@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer import _config
 from keras_transformer.text import (
     END,
     PAD,
@@ -55,6 +56,14 @@ def test_text_is_normalised_before_tokenizing(cls):
     assert strings(tokenizer.detokenize(tokenizer.tokenize(messy))) == [
         "the teacher reads a book", "가끔 궁금해"
     ]
+
+
+def test_every_tokenizer_choice_of_the_configs_has_a_class():
+    assert sorted(cls.kind for cls in KINDS) == sorted(_config.TOKENIZERS)
+    assert {kind: get_tokenizer_class(kind) for kind in _config.TOKENIZERS} == {
+        cls.kind: cls for cls in KINDS}
+    with pytest.raises(ValueError, match="`tokenizer`.*Received: tokenizer='bpe'"):
+        get_tokenizer_class("bpe")
 
 
 def test_korean_stays_in_syllables():

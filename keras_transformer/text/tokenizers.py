@@ -34,6 +34,7 @@ from tensorflow_text.tools.wordpiece_vocab import (
     wordpiece_tokenizer_learner_lib as wordpiece_learner,
 )
 
+from keras_transformer import _config
 from keras_transformer._files import write_text
 from keras_transformer.errors import InputError
 
@@ -376,17 +377,13 @@ def normalize_text(strings, lower_case=True):
     return tf.strings.strip(strings)
 
 
-TOKENIZERS = {cls.kind: cls for cls in (WordTokenizer, WordPieceTokenizer, CharTokenizer)}
+# One class per kind of `_config.TOKENIZERS` (the choices the configs offer).
+TOKENIZER_CLASSES = {cls.kind: cls for cls in (WordTokenizer, WordPieceTokenizer, CharTokenizer)}
 
 
 def get_tokenizer_class(kind):
     """`"word"`, `"wordpiece"` or `"char"` -> the tokenizer class."""
-    if kind not in TOKENIZERS:
-        raise ValueError(
-            "Received an invalid value for argument `tokenizer`, expected one of "
-            f"{sorted(TOKENIZERS)}. Received: tokenizer={kind!r}"
-        )
-    return TOKENIZERS[kind]
+    return TOKENIZER_CLASSES[_config.check_choice("tokenizer", kind, _config.TOKENIZERS)]
 
 
 def load_vocabulary(path):
