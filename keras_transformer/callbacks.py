@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_transformer import _config
 from keras_transformer._files import atomic_path, write_text
-from keras_transformer.errors import InputError
+from keras_transformer.errors import InputError, user_errors
 
 STATE_FILE = "state.json"
 WEIGHTS_PATTERN = "epoch-{:05d}.weights.h5"
@@ -76,10 +76,8 @@ class Backup(keras.callbacks.Callback):
         weights_path = os.path.join(self.directory, state["weights"])
         if not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)
-        try:
+        with user_errors(weights_path, "cannot load the backup"):
             model.load_weights(weights_path)
-        except Exception as error:  # h5py and Keras raise many types.
-            raise InputError(f"{weights_path}: cannot load the backup ({error})") from error
         variables = _seed_states(model)
         if len(variables) != len(state["seed_states"]):
             raise InputError(f"{self.state_path}: the backup is of another model")

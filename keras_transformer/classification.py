@@ -10,24 +10,25 @@ a time budget, `history.csv`, `metrics.json` and plots.
 
 import collections
 import dataclasses
-import json
 import math
 import os
-import shutil
-import sys
 import time
 
 import keras
 import numpy as np
 
-from keras_transformer._files import write_text
 from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
-from keras_transformer.callbacks import Backup, BestWeights, EarlyStopping, TimeBudget
 from keras_transformer.config import ClassifyConfig, PretrainConfig
 from keras_transformer.data.bert import classification_dataset, mlm_dataset, pack_inputs
 from keras_transformer.errors import InputError
-from keras_transformer.plotting import plot_confusion_matrix, plot_history
-from keras_transformer.recipe import progress_verbosity, read_history, split_pairs
+from keras_transformer.harness import (
+    ModelDirectory,
+    TrainingRun,
+    log,
+    progress_verbosity,
+    split_pairs,
+)
+from keras_transformer.plotting import plot_confusion_matrix
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
@@ -35,15 +36,10 @@ from keras_transformer.text.tokenizers import (
 )
 from keras_transformer.training import CustomSchedule, MaskedAccuracy, MaskedLoss
 
-MODEL_FILE = "model.keras"
 VOCAB_FILE = "vocabulary.txt"
-CONFIG_FILE = "config.json"
-BACKUP_DIR = "backup"
-BEST_WEIGHTS_FILE = "best.weights.h5"
-HISTORY_FILE = "history.csv"
-METRICS_FILE = "metrics.json"
-HISTORY_PLOT = "history.png"
 CONFUSION_PLOT = "confusion.png"
+CLASSIFIER = "classifier"
+PRETRAINED = "pretrained model"
 
 
 @dataclasses.dataclass
@@ -129,44 +125,35 @@ class TextClassifier:
         return keras.ops.convert_to_numpy(last), tokens
 
     def save(self, directory, **extra_config):
-        """Write `model.keras`, `vocabulary.txt` and `config.json` to `directory`."""
-        os.makedirs(directory, exist_ok=True)
-        self.model.save(os.path.join(directory, MODEL_FILE))
-        self.tokenizer.save_vocabulary(os.path.join(directory, VOCAB_FILE))
-        config = {"tokenizer": self.tokenizer.get_config(), "labels": self.labels,
-                  **extra_config}
-        write_text(os.path.join(directory, CONFIG_FILE), json.dumps(config, indent=2,
-                                                                     ensure_ascii=False))
+        """Write `model.keras`, `vocabulary.txt` and `config.json` to `directory`,
+        each file atomically."""
+        ModelDirectory(directory, CLASSIFIER).save(
+            self.model, {"tokenizer": (self.tokenizer, VOCAB_FILE)}, labels=self.labels,
+            **extra_config)
 
     @classmethod
     def load(cls, directory):
-        """Read a directory written by `save` (or `fine_tune`)."""
-        model, tokenizer, config = _load_model_dir(directory)
-        if "labels" not in config or not isinstance(model, SequenceClassifier):
-            raise InputError(f"{directory}: not a classifier directory (written by "
-                             "`keras-transformer classify`)")
-        return cls(model, tokenizer, config["labels"])
+        """Read a directory written by `save` (or `fine_tune`).
 
-
-def _load_model_dir(directory):
-    """`(model, tokenizer, config)` of a directory written by a recipe here."""
-    paths = [os.path.join(directory, name) for name in (MODEL_FILE, VOCAB_FILE, CONFIG_FILE)]
-    missing = [os.path.basename(path) for path in paths if not os.path.isfile(path)]
-    if missing:
-        raise InputError(f"{directory}: not a model directory (it lacks {missing})")
-    with open(paths[2], encoding="utf-8") as f:
-        config = json.load(f)
-    tokenizer = tokenizer_from_config(config["tokenizer"], load_vocabulary(paths[1]))
-    return keras.saving.load_model(paths[0]), tokenizer, config
+        Raises:
+            InputError: naming the file, for a missing, damaged or foreign file.
+        """
+        model_dir = ModelDirectory(directory, CLASSIFIER)
+        model, tokenizers, config = model_dir.load(SequenceClassifier,
+                                                   {"tokenizer": VOCAB_FILE})
+        labels = config.get("labels")
+        if not isinstance(labels, list) or len(labels) != model.num_classes:
+            raise InputError(f"{model_dir.path('config.json')}: not a classifier "
+                             f"configuration (its labels do not fit a model of "
+                             f"{model.num_classes} classes)")
+        return cls(model, tokenizers["tokenizer"], labels)
 
 
 def load_pretrained(directory):
     """`(MaskedLanguageModel, tokenizer)` from a directory written by `pretrain`."""
-    model, tokenizer, _ = _load_model_dir(directory)
-    if not isinstance(model, MaskedLanguageModel):
-        raise InputError(f"{directory}: not a pretrained model directory (written by "
-                         "`keras-transformer pretrain`)")
-    return model, tokenizer
+    model, tokenizers, _ = ModelDirectory(directory, PRETRAINED).load(
+        MaskedLanguageModel, {"tokenizer": VOCAB_FILE})
+    return model, tokenizers["tokenizer"]
 
 
 def classification_metrics(predictions, references, labels):
@@ -202,11 +189,6 @@ def classification_metrics(predictions, references, labels):
     }
 
 
-def _log(message, verbose):
-    if verbose:
-        print(message, file=sys.stderr, flush=True)
-
-
 def _options(config, default, options):
     try:
         return dataclasses.replace(config or default, **options)
@@ -214,18 +196,19 @@ def _options(config, default, options):
         raise TypeError(f"got an unknown option: {error}") from None
 
 
-def _learn_tokenizer(texts, config, out_dir, resuming, verbose):
+def _learn_tokenizer(texts, config, run):
     """The vocabulary of the run being resumed, or a new one with the encoder tokens."""
-    path = os.path.join(out_dir, VOCAB_FILE)
-    if resuming and os.path.isfile(path):
-        _log(f"Resuming the interrupted run in {out_dir}: reusing its vocabulary", verbose)
+    path = run.path(VOCAB_FILE)
+    if run.resuming and os.path.isfile(path):
+        log(f"Resuming the interrupted run in {run.out_dir}: reusing its vocabulary",
+            run.verbose)
         return tokenizer_from_config({"kind": config.tokenizer, "lower_case": config.lower_case},
                                      load_vocabulary(path))
-    _log(f"Learning a {config.tokenizer} vocabulary ({config.vocab_size} tokens at most)",
-         verbose)
+    log(f"Learning a {config.tokenizer} vocabulary ({config.vocab_size} tokens at most)",
+        run.verbose)
     return get_tokenizer_class(config.tokenizer).from_texts(
         texts, config.vocab_size, lower_case=config.lower_case, encoder_tokens=True,
-        verbose=progress_verbosity(verbose))
+        verbose=progress_verbosity(run.verbose))
 
 
 def _compile(model, config, loss, metrics):
@@ -237,44 +220,11 @@ def _compile(model, config, loss, metrics):
     model.compile(optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
 
 
-def _fit(model, train_data, valid_data, steps_per_epoch, out_dir, config, monitor, mode,
-         callbacks, verbose):
-    """`model.fit` with best weights, early stopping, a time budget and resumption.
-
-    Returns:
-        `(history, stopped_by_time_budget)`.
-    """
-    history_path = os.path.join(out_dir, HISTORY_FILE)
-    best_path = os.path.join(out_dir, BEST_WEIGHTS_FILE)
-    backup = Backup(os.path.join(out_dir, BACKUP_DIR))
-    state = backup.read_state()
-    earlier = read_history(history_path) if state else {}
-    if not state:  # files of a finished earlier run must not mix with this one.
-        for stale in (history_path, best_path):
-            if os.path.exists(stale):
-                os.remove(stale)
-    initial_epoch = backup.restore(model) if state else 0
-    if initial_epoch:
-        _log(f"Resuming after epoch {initial_epoch}", verbose)
-    budget = TimeBudget(config.time_budget) if config.time_budget is not None else None
-    if not (state and state["finished"]) and initial_epoch < config.epochs:
-        pick = max if mode == "max" else min
-        fit_callbacks = [
-            BestWeights(best_path, monitor, mode=mode,
-                        best=pick(earlier[monitor]) if earlier.get(monitor) else None),
-            EarlyStopping(monitor, mode=mode, patience=config.patience,
-                          earlier=earlier.get(monitor, []),
-                          start_from_epoch=math.ceil(config.warmup_steps / steps_per_epoch)),
-            keras.callbacks.TerminateOnNaN(),
-            keras.callbacks.CSVLogger(history_path, append=True),
-        ] + ([budget] if budget else []) + list(callbacks or []) + [backup]
-        model.fit(train_data, validation_data=valid_data, epochs=config.epochs,
-                  initial_epoch=initial_epoch, callbacks=fit_callbacks, shuffle=False,
-                  verbose=progress_verbosity(verbose))
-        backup.finish()
-    if os.path.isfile(best_path):
-        model.load_weights(best_path)
-    return read_history(history_path), bool(budget and budget.stopped)
+def _fit(run, model, train_data, valid_data, steps_per_epoch, callbacks):
+    """The harness's fit loop, resuming an interrupted run."""
+    initial_epoch = run.restore(model)
+    return run.fit(model, train_data, valid_data, steps_per_epoch, initial_epoch,
+                   callbacks=callbacks or ())
 
 
 def pretrain(texts, out_dir, valid_texts=None, config=None, *, callbacks=None, verbose=1,
@@ -309,55 +259,42 @@ def pretrain(texts, out_dir, valid_texts=None, config=None, *, callbacks=None, v
         raise InputError("Received no texts to train or validate on (after removing "
                          "blank ones)")
     keras.utils.set_random_seed(config.seed)
-    os.makedirs(out_dir, exist_ok=True)
-    resuming = os.path.isdir(os.path.join(out_dir, BACKUP_DIR))
-    _log(f"{len(texts)} training texts, {len(valid_texts)} validation texts", verbose)
-    tokenizer = _learn_tokenizer(texts, config, out_dir, resuming, verbose)
-    tokenizer.save_vocabulary(os.path.join(out_dir, VOCAB_FILE))
+    run = TrainingRun(out_dir, config, "val_loss", "min", verbose)
+    log(f"{len(texts)} training texts, {len(valid_texts)} validation texts", verbose)
+    tokenizer = _learn_tokenizer(texts, config, run)
+    tokenizer.save_vocabulary(run.path(VOCAB_FILE))
 
-    model = MaskedLanguageModel(
-        num_layers=config.num_layers, d_model=config.d_model, num_heads=config.num_heads,
-        dff=config.dff, input_vocab_size=tokenizer.vocab_size,
-        maximum_position_encoding=config.max_length, rate=config.rate,
-        pad_token_idx=tokenizer.pad_id)
+    model = MaskedLanguageModel(**config.model_options(), input_vocab_size=tokenizer.vocab_size,
+                                maximum_position_encoding=config.max_length,
+                                pad_token_idx=tokenizer.pad_id)
     model.build((None, None))
     _compile(model, config, MaskedLoss(pad_token_idx=tokenizer.pad_id),
              [MaskedAccuracy(pad_token_idx=tokenizer.pad_id)])
-    _log(f"Masked LM: {model.count_params():,} parameters, {tokenizer.vocab_size} tokens",
-         verbose)
+    log(f"Masked LM: {model.count_params():,} parameters, {tokenizer.vocab_size} tokens",
+        verbose)
     train_data = mlm_dataset(texts, tokenizer, config.max_length, config.batch_size,
                              config.mask_rate, shuffle=True, seed=config.seed)
     valid_data = mlm_dataset(valid_texts, tokenizer, config.max_length, config.batch_size,
                              config.mask_rate)
-    history, stopped = _fit(model, train_data, valid_data,
-                            math.ceil(len(texts) / config.batch_size), out_dir, config,
-                            "val_loss", "min", callbacks, verbose)
+    history, stopped = _fit(run, model, train_data, valid_data,
+                            math.ceil(len(texts) / config.batch_size), callbacks)
 
-    model.save(os.path.join(out_dir, MODEL_FILE))
-    write_text(os.path.join(out_dir, CONFIG_FILE), json.dumps(
-        {"tokenizer": tokenizer.get_config(), "train": config.to_dict()}, indent=2))
+    ModelDirectory(out_dir, PRETRAINED).save(model, {"tokenizer": (tokenizer, VOCAB_FILE)},
+                                             train=config.to_dict())
     valid_loss, valid_accuracy = model.evaluate(valid_data, verbose=0)
     metrics = {"val_loss": round(float(valid_loss), 4),
                "val_masked_accuracy": round(float(valid_accuracy), 4),
                "epochs": len(history.get("loss", [])), "stopped_by_time_budget": stopped,
                "seconds": round(time.monotonic() - start, 1)}
-    _finish(out_dir, history, metrics)
-    _log(f"Masked LM on the validation texts: loss {metrics['val_loss']}, accuracy of the "
-         f"masked tokens {metrics['val_masked_accuracy']}. Saved to {out_dir}", verbose)
+    run.finish(history, metrics)
+    log(f"Masked LM on the validation texts: loss {metrics['val_loss']}, accuracy of the "
+        f"masked tokens {metrics['val_masked_accuracy']}. Saved to {out_dir}", verbose)
     return PretrainResult(model, tokenizer, history, metrics, out_dir)
 
 
 def _examples(pairs):
     """`(text, label)` pairs as str, labels stripped of spaces; blank texts dropped."""
     return [(str(text), str(label).strip()) for text, label in pairs if str(text).strip()]
-
-
-def _finish(out_dir, history, metrics):
-    write_text(os.path.join(out_dir, METRICS_FILE), json.dumps(metrics, indent=2,
-                                                               ensure_ascii=False))
-    plot_history(history, os.path.join(out_dir, HISTORY_PLOT))
-    # Everything is saved: a re-run now starts a new training.
-    shutil.rmtree(os.path.join(out_dir, BACKUP_DIR), ignore_errors=True)
 
 
 def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=None, *,
@@ -402,11 +339,10 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
         raise InputError(f"The validation examples have labels never seen in training: "
                          f"{unknown}")
     keras.utils.set_random_seed(config.seed)
-    os.makedirs(out_dir, exist_ok=True)
-    resuming = os.path.isdir(os.path.join(out_dir, BACKUP_DIR))
+    run = TrainingRun(out_dir, config, "val_accuracy", "max", verbose)
     counts = collections.Counter(label for _, label in examples)
-    _log(f"{len(examples)} training examples ({dict(sorted(counts.items()))}), "
-         f"{len(valid_examples)} validation examples", verbose)
+    log(f"{len(examples)} training examples ({dict(sorted(counts.items()))}), "
+        f"{len(valid_examples)} validation examples", verbose)
 
     if isinstance(pretrained, PretrainResult):
         mlm, tokenizer = pretrained.model, pretrained.tokenizer
@@ -414,15 +350,14 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
         mlm, tokenizer = load_pretrained(pretrained)
     if pretrained is not None:
         encoder = mlm.encoder
-        _log(f"Fine-tuning the pretrained encoder ({encoder.count_params():,} parameters)",
-             verbose)
+        log(f"Fine-tuning the pretrained encoder ({encoder.count_params():,} parameters)",
+            verbose)
     else:
-        tokenizer = _learn_tokenizer([text for text, _ in examples], config, out_dir,
-                                     resuming, verbose)
-        encoder = bert_encoder(config.num_layers, config.d_model, config.num_heads, config.dff,
-                               tokenizer.vocab_size, config.max_length, config.rate,
-                               tokenizer.pad_id)
-    tokenizer.save_vocabulary(os.path.join(out_dir, VOCAB_FILE))
+        tokenizer = _learn_tokenizer([text for text, _ in examples], config, run)
+        encoder = bert_encoder(**config.model_options(), input_vocab_size=tokenizer.vocab_size,
+                               maximum_position_encoding=config.max_length,
+                               pad_token_idx=tokenizer.pad_id)
+    tokenizer.save_vocabulary(run.path(VOCAB_FILE))
     model = SequenceClassifier(encoder, len(labels), pooling=config.pooling, rate=config.rate)
     model.build((None, None))
     _compile(model, config, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -435,9 +370,8 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
                                       tokenizer, max_length, config.batch_size, shuffle,
                                       config.seed)
 
-    history, stopped = _fit(model, dataset(examples, True), dataset(valid_examples, False),
-                            math.ceil(len(examples) / config.batch_size), out_dir, config,
-                            "val_accuracy", "max", callbacks, verbose)
+    history, stopped = _fit(run, model, dataset(examples, True), dataset(valid_examples, False),
+                            math.ceil(len(examples) / config.batch_size), callbacks)
 
     classifier = TextClassifier(model, tokenizer, labels)
     classifier.save(out_dir, train=config.to_dict(),
@@ -448,10 +382,9 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
                                     labels)
     metrics = dict(scores, labels=labels, epochs=len(history.get("loss", [])),
                    stopped_by_time_budget=stopped, seconds=round(time.monotonic() - start, 1))
-    plot_confusion_matrix(scores["confusion_matrix"], labels,
-                          os.path.join(out_dir, CONFUSION_PLOT),
+    plot_confusion_matrix(scores["confusion_matrix"], labels, run.path(CONFUSION_PLOT),
                           title=f"Validation: accuracy {scores['accuracy']:.3f}")
-    _finish(out_dir, history, metrics)
-    _log(f"Validation: accuracy {metrics['accuracy']}, macro-F1 {metrics['macro_f1']}. "
-         f"Saved to {out_dir}", verbose)
+    run.finish(history, metrics)
+    log(f"Validation: accuracy {metrics['accuracy']}, macro-F1 {metrics['macro_f1']}. "
+        f"Saved to {out_dir}", verbose)
     return ClassifyResult(classifier, history, metrics, out_dir)

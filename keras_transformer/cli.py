@@ -246,19 +246,24 @@ def export(args):
     return 0
 
 
+def _load_saved_model(directory, tags):
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
+
+    from keras_transformer.harness import user_errors
+
+    if not os.path.isdir(directory):
+        raise InputError(f"{directory}: no such SavedModel directory")
+    with user_errors(directory, "cannot load the SavedModel"):
+        return tf.saved_model.load(directory, tags=tags)
+
+
 def saved_model_cli(args):
     """`show` a SavedModel's signatures or `run` one, with the tensorflow-text ops."""
     import numpy as np
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
 
-    if not os.path.isdir(args.dir):
-        raise InputError(f"{args.dir}: no such SavedModel directory")
-    tags = args.tag_set.split(",") if args.tag_set else None
-    try:
-        loaded = tf.saved_model.load(args.dir, tags=tags)
-    except (OSError, ValueError, RuntimeError) as error:
-        raise InputError(f"{args.dir}: cannot load the SavedModel ({error})") from None
+    loaded = _load_saved_model(args.dir, args.tag_set.split(",") if args.tag_set else None)
     names = [args.signature_def] if args.signature_def else sorted(loaded.signatures)
     for name in names:
         if name not in loaded.signatures:
@@ -405,7 +410,12 @@ def main(argv=None):
         return 2
     try:
         return args.run(args)
-    except (InputError, OSError) as error:
+    except InputError as error:
+        print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.filename is None:  # not about a file of the user's: ours to fix
+            return _bug(parser, args)
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -415,6 +425,11 @@ def main(argv=None):
         print(f"{parser.prog} {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except Exception:  # anything else is ours to fix
-        traceback.print_exc()
-        print(f"{parser.prog} {args.command}: {BUG_REPORT}", file=sys.stderr)
-        return 1
+        return _bug(parser, args)
+
+
+def _bug(parser, args):
+    """The traceback of the exception being handled, then the bug report: exit 1."""
+    traceback.print_exc()
+    print(f"{parser.prog} {args.command}: {BUG_REPORT}", file=sys.stderr)
+    return 1

@@ -9,34 +9,29 @@ chrF and exact match on the validation split, samples and plots.
 """
 
 import collections
-import csv
 import dataclasses
-import json
 import math
 import os
-import shutil
-import sys
 import time
 import warnings
 
 import keras
-import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer._files import write_text
-from keras_transformer.callbacks import (
-    Backup,
-    BestWeights,
-    EarlyStopping,
-    EpochScores,
-    TimeBudget,
-)
+from keras_transformer.callbacks import EpochScores
 from keras_transformer.config import TrainConfig
 from keras_transformer.data.pipeline import make_dataset, truncation_stats
 from keras_transformer.distribute import dtype_policy, get_strategy, worker_directory
 from keras_transformer.errors import InputError
-from keras_transformer.plotting import plot_attention, plot_history
+from keras_transformer.harness import (  # noqa: F401  (read_history, split_pairs: public here too)
+    TrainingRun,
+    log,
+    progress_verbosity,
+    read_history,
+    split_pairs,
+)
+from keras_transformer.plotting import plot_attention
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
@@ -50,13 +45,7 @@ from keras_transformer.translator import (
     Translator,
 )
 
-BACKUP_DIR = "backup"
-BEST_WEIGHTS_FILE = "best.weights.h5"
-HISTORY_FILE = "history.csv"
-METRICS_FILE = "metrics.json"
-HISTORY_PLOT = "history.png"
 ATTENTION_PLOT = "attention.png"
-LOG_DIR = "logs"
 # Best weights and early stopping follow the greedy translations' chrF on
 # (at most this many) validation pairs: on small, many-to-many data such as
 # chat, validation loss rises after a few epochs while the answers keep
@@ -182,49 +171,12 @@ def default_learning_rate(d_model):
     return (d_model * 4000) ** -0.5
 
 
-def split_pairs(pairs, valid_fraction=0.1, seed=0):
-    """A seeded random split: `(train_pairs, valid_pairs)`, each non-empty."""
-    if len(pairs) < 2:
-        raise InputError(
-            f"Need at least 2 sentence pairs to split off a validation set. Received: "
-            f"{len(pairs)} pair(s)"
-        )
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    n_valid = min(max(1, round(len(pairs) * valid_fraction)), len(pairs) - 1)
-    return [pairs[i] for i in order[n_valid:]], [pairs[i] for i in order[:n_valid]]
-
-
-def read_history(path):
-    """`history.csv` written by `keras.callbacks.CSVLogger` -> dict of lists.
-
-    An epoch logged twice (trained again after a kill that came between its
-    log line and its backup) counts once, with its last values.
-    """
-    if not os.path.isfile(path):
-        return {}
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list({row.get("epoch"): row for row in csv.DictReader(f)}.values())
-    return {key: [float(row[key]) for row in rows if row.get(key) not in (None, "")]
-            for key in (rows[0] if rows else {})}
-
-
-def _log(message, verbose):
-    if verbose:
-        print(message, file=sys.stderr, flush=True)
-
-
-def progress_verbosity(verbose):
-    """Keras' `verbose` for progress bars: `1` (animated bar) becomes `2`
-    (one line per epoch) when stdout is not a terminal, to keep logs short."""
-    return 2 if verbose == 1 and not sys.stdout.isatty() else verbose
-
-
 @dataclasses.dataclass
 class _Run:
     """What the steps of `train` share."""
 
     config: TrainConfig
-    out_dir: str
+    harness: TrainingRun
     train_pairs: list
     valid_pairs: list
     strategy: tf.distribute.Strategy
@@ -236,11 +188,7 @@ class _Run:
     truncation: dict = None
 
     def path(self, name):
-        return os.path.join(self.out_dir, name)
-
-    @property
-    def resuming(self):
-        return os.path.isdir(self.path(BACKUP_DIR))
+        return self.harness.path(name)
 
 
 def train(train_pairs, out_dir, valid_pairs=None, config=None, *, tokenizers=None,
@@ -288,8 +236,8 @@ def train(train_pairs, out_dir, valid_pairs=None, config=None, *, tokenizers=Non
     run = _prepare(train_pairs, valid_pairs, out_dir, config, verbose)
     _vocabularies(run, tokenizers)
     model = _build_model(run)
-    budget = _fit(run, model, callbacks)
-    return _evaluate_and_save(run, model, budget, samples, start)
+    history, stopped = _fit(run, model, callbacks)
+    return _evaluate_and_save(run, model, history, stopped, samples, start)
 
 
 def _prepare(train_pairs, valid_pairs, out_dir, config, verbose):
@@ -317,11 +265,11 @@ def _prepare(train_pairs, valid_pairs, out_dir, config, verbose):
             f"batch_size={config.batch_size} is the global batch and must divide evenly over "
             f"the {strategy.num_replicas_in_sync} replicas of the strategy"
         )
-    run = _Run(config, worker_directory(out_dir), train_pairs, valid_pairs, strategy,
+    harness = TrainingRun(worker_directory(out_dir), config, MONITOR, "max", verbose)
+    run = _Run(config, harness, train_pairs, valid_pairs, strategy,
                dtype_policy(config.mixed_precision), static_shape, verbose)
     keras.utils.set_random_seed(config.seed)
-    os.makedirs(run.out_dir, exist_ok=True)
-    _log(f"{len(train_pairs)} training pairs, {len(valid_pairs)} validation pairs", verbose)
+    log(f"{len(train_pairs)} training pairs, {len(valid_pairs)} validation pairs", verbose)
     return run
 
 
@@ -332,17 +280,17 @@ def _vocabularies(run, tokenizers):
     source_path, target_path = run.path(SOURCE_VOCAB_FILE), run.path(TARGET_VOCAB_FILE)
     if tokenizers is not None:
         source, target = tokenizers
-    elif run.resuming and os.path.isfile(target_path):
-        _log(f"Resuming the interrupted run in {run.out_dir}: reusing its vocabularies",
-             verbose)
+    elif run.harness.resuming and os.path.isfile(target_path):
+        log(f"Resuming the interrupted run in {run.harness.out_dir}: reusing its "
+            "vocabularies", verbose)
         options = {"kind": config.tokenizer, "lower_case": config.lower_case}
         source = tokenizer_from_config(options, load_vocabulary(source_path))
         target = tokenizer_from_config(options, load_vocabulary(target_path))
     else:
         cls = get_tokenizer_class(config.tokenizer)
         kind = "a shared " if config.shared_vocabulary else ""
-        _log(f"Learning {kind}{config.tokenizer} vocabularies ({config.vocab_size} tokens "
-             "at most)", verbose)
+        log(f"Learning {kind}{config.tokenizer} vocabularies ({config.vocab_size} tokens "
+            "at most)", verbose)
         sources = [source for source, _ in run.train_pairs]
         targets = [target for _, target in run.train_pairs]
         texts = [sources + targets] if config.shared_vocabulary else [sources, targets]
@@ -353,49 +301,40 @@ def _vocabularies(run, tokenizers):
     target.save_vocabulary(target_path)
     run.source_tokenizer, run.target_tokenizer = source, target
     run.truncation = truncation_stats(run.train_pairs, source, target, config.max_length)
-    _log(f"Vocabularies: {source.vocab_size} source, {target.vocab_size} target tokens. Cut "
-         f"to max_length={config.max_length}: {run.truncation['truncated_sources']} sources "
-         f"and {run.truncation['truncated_targets']} targets of {run.truncation['pairs']} "
-         "pairs", verbose)
+    log(f"Vocabularies: {source.vocab_size} source, {target.vocab_size} target tokens. Cut "
+        f"to max_length={config.max_length}: {run.truncation['truncated_sources']} sources "
+        f"and {run.truncation['truncated_targets']} targets of {run.truncation['pairs']} "
+        "pairs", verbose)
 
 
 def _build_model(run):
-    """The tutorial's `kargs` (vocabularies and special ids from the tokenizers),
-    compiled with Adam and the schedule, under the strategy's scope."""
+    """The tutorial's `kargs` (vocabularies and special ids from the tokenizers)
+    and the config's `Transformer` options, compiled with Adam and the
+    schedule, under the strategy's scope."""
     config, source, target = run.config, run.source_tokenizer, run.target_tokenizer
     if source.pad_id != target.pad_id:
         raise InputError(
             "The source and target vocabularies must give <PAD> the same id. Received: "
             f"{source.pad_id} and {target.pad_id}"
         )
-    kargs = {
-        "model_name": "transformer",
-        "num_layers": config.num_layers,
-        "d_model": config.d_model,
-        "num_heads": config.num_heads,
-        "dff": config.dff,
-        "input_vocab_size": source.vocab_size,
-        "target_vocab_size": target.vocab_size,
-        "maximum_position_encoding": config.max_length,
-        "end_token_idx": target.end_id,
-        "rate": config.rate,
-    }
-    options = {
-        "norm_first": config.norm_first,
-        "activation": config.activation,
-        "position_encoding": config.position_encoding,
-        "share_embeddings": config.share_embeddings,
-        "pad_token_idx": target.pad_id,
-        "start_token_idx": target.start_id,
-    }
+    kargs = dict(
+        config.model_options(),
+        model_name="transformer",
+        input_vocab_size=source.vocab_size,
+        target_vocab_size=target.vocab_size,
+        maximum_position_encoding=config.max_length,
+        end_token_idx=target.end_id,
+        pad_token_idx=target.pad_id,
+        start_token_idx=target.start_id,
+    )
     learning_rate = config.learning_rate or default_learning_rate(config.d_model)
-    _log(f"Model: kargs = {kargs}, {options}; peak learning rate {learning_rate:.2e} after "
-         f"{config.warmup_steps} warm-up steps; dtype policy {run.policy}, "
-         f"{run.strategy.num_replicas_in_sync} replica(s)", run.verbose)
+    log(f"Model: {kargs}; peak learning rate {learning_rate:.2e} after "
+        f"{config.warmup_steps} warm-up steps; dtype policy {run.policy}, "
+        f"{run.strategy.num_replicas_in_sync} replica(s)", run.verbose)
     with run.strategy.scope():
         # Fp16 gets Keras' dynamic loss scaling from `compile` (its policy
         # is `mixed_float16`).
-        model = Transformer(**kargs, **options, dtype=run.policy)
+        model = Transformer(**kargs, dtype=run.policy)
         model.build(((None, None), (None, None)))
         optimizer = keras.optimizers.Adam(
             CustomSchedule(config.d_model, config.warmup_steps, learning_rate),
@@ -411,29 +350,15 @@ def _build_model(run):
 
 
 def _fit(run, model, callbacks):
-    """`model.fit` with the recipe's callbacks, resuming an interrupted run.
+    """The harness's fit loop, resuming an interrupted run; the validation
+    answers' chrF chooses the best weights.
 
     Returns:
-        The `TimeBudget` callback, or `None`.
+        `(history, stopped_by_time_budget)`.
     """
     config = run.config
-    history_path, best_path = run.path(HISTORY_FILE), run.path(BEST_WEIGHTS_FILE)
-    backup = Backup(run.path(BACKUP_DIR))
-    resuming = run.resuming
-    earlier = read_history(history_path) if resuming else {}
-    if not resuming:  # files of a finished earlier run must not mix with this one.
-        for stale in (history_path, best_path):
-            if os.path.exists(stale):
-                os.remove(stale)
-    state = backup.read_state() if resuming else None
     with run.strategy.scope():  # the optimizer's variables are built here on resumption
-        initial_epoch = backup.restore(model) if state else 0
-    if initial_epoch:
-        _log(f"Resuming after epoch {initial_epoch}", run.verbose)
-    budget = TimeBudget(config.time_budget) if config.time_budget is not None else None
-    if (state and state["finished"]) or initial_epoch >= config.epochs:
-        return budget
-
+        initial_epoch = run.harness.restore(model)
     tokenizers = run.source_tokenizer, run.target_tokenizer
     steps_per_epoch = (len(run.train_pairs) // config.batch_size if run.static_shape
                        else math.ceil(len(run.train_pairs) / config.batch_size))
@@ -457,55 +382,35 @@ def _fit(run, model, callbacks):
             scores["chrf"] = 0.0
         return scores
 
-    fit_callbacks = [
-        EpochScores(validation_scores),
-        BestWeights(best_path, MONITOR, mode="max", best=max(earlier.get(MONITOR, [None]))),
-        # Early stopping watches the epochs after the warm-up only: a small
-        # data set can take many epochs to reach the peak learning rate.
-        EarlyStopping(MONITOR, mode="max", patience=config.patience,
-                      earlier=earlier.get(MONITOR, []),
-                      start_from_epoch=math.ceil(config.warmup_steps / steps_per_epoch),
-                      goal=100.0),
-        keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.CSVLogger(history_path, append=True),
-        keras.callbacks.TensorBoard(run.path(LOG_DIR)),
-    ] + ([budget] if budget else []) + list(callbacks or []) + [backup]
-    model.fit(train_data, validation_data=valid_data, epochs=config.epochs,
-              initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-              callbacks=fit_callbacks, shuffle=False, verbose=progress_verbosity(run.verbose))
-    backup.finish()
-    return budget
+    return run.harness.fit(model, train_data, valid_data, steps_per_epoch, initial_epoch,
+                           callbacks=callbacks or (), scores=EpochScores(validation_scores),
+                           goal=100.0, tensorboard=True, fit_steps=steps_per_epoch)
 
 
-def _evaluate_and_save(run, model, budget, samples, start):
-    """Best weights, saved translator, validation scores, samples, plots."""
+def _evaluate_and_save(run, model, history, stopped, samples, start):
+    """The saved translator (best weights), validation scores, samples, plots."""
     verbose = run.verbose
-    if os.path.isfile(run.path(BEST_WEIGHTS_FILE)):
-        model.load_weights(run.path(BEST_WEIGHTS_FILE))
     translator = Translator(model, run.source_tokenizer, run.target_tokenizer)
-    translator.save(run.out_dir, train_config=run.config.to_dict())
-    _log(f"Decoding {len(run.valid_pairs)} validation sentences (greedy)", verbose)
+    translator.save(run.harness.out_dir, train_config=run.config.to_dict())
+    log(f"Decoding {len(run.valid_pairs)} validation sentences (greedy)", verbose)
     scores, hypotheses, references = evaluate(translator, run.valid_pairs,
                                               verbose=progress_verbosity(verbose))
     shown = list(zip(run.valid_pairs, hypotheses, references))[:samples]
     for (source, _), hypothesis, reference in shown:
-        _log(f"  source:    {source}\n  reference: {reference}\n  output:    {hypothesis}",
-             verbose)
+        log(f"  source:    {source}\n  reference: {reference}\n  output:    {hypothesis}",
+            verbose)
     warning = collapse_warning(hypotheses, references)
     if warning:
         warnings.warn(warning, CollapseWarning, stacklevel=3)
 
-    history = read_history(run.path(HISTORY_FILE))
     metrics = dict(
         scores,
         epochs=len(history.get("loss", [])),
-        stopped_by_time_budget=bool(budget and budget.stopped),
+        stopped_by_time_budget=stopped,
         seconds=round(time.monotonic() - start, 1),
         truncated_sources=run.truncation["truncated_sources"],
         truncated_targets=run.truncation["truncated_targets"],
     )
-    write_text(run.path(METRICS_FILE), json.dumps(metrics, indent=2))
-    plot_history(history, run.path(HISTORY_PLOT))
     # The first validation source with a token and an output to show.
     for source, _ in run.valid_pairs:
         weights, source_tokens, target_tokens = translator.attention(source)
@@ -513,9 +418,8 @@ def _evaluate_and_save(run, model, budget, samples, start):
             plot_attention(weights, source_tokens, target_tokens, run.path(ATTENTION_PLOT),
                            title=f"Cross-attention, last decoder layer: {source}")
             break
-    # Everything is saved: a re-run now starts a new training.
-    shutil.rmtree(run.path(BACKUP_DIR), ignore_errors=True)
-    _log(f"Validation: BLEU {metrics['bleu']}, chrF {metrics['chrf']}, exact match "
-         f"{metrics['exact_match']}, distinct answers {metrics['distinct_answers']}. "
-         f"Saved to {run.out_dir}", verbose)
-    return TrainResult(translator, history, metrics, run.out_dir)
+    run.harness.finish(history, metrics)
+    log(f"Validation: BLEU {metrics['bleu']}, chrF {metrics['chrf']}, exact match "
+        f"{metrics['exact_match']}, distinct answers {metrics['distinct_answers']}. "
+        f"Saved to {run.harness.out_dir}", verbose)
+    return TrainResult(translator, history, metrics, run.harness.out_dir)

@@ -1,31 +1,27 @@
 """`Translator`: a trained Transformer with its tokenizers, text in and text out.
 
-A translator directory holds everything needed to reload it:
+A translator directory (`harness.ModelDirectory`) holds everything needed to
+reload it:
 
     model.keras          the Keras model (weights and configuration)
     source_vocab.txt     the source vocabulary, one token per line
     target_vocab.txt     the target vocabulary
-    config.json          tokenizer kinds and options, the maximum length
+    config.json          format version, tokenizer kinds and options, the
+                         maximum length, the training options
 """
-
-import json
-import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer._files import atomic_path, write_text
 from keras_transformer.data.pipeline import padded_sources
 from keras_transformer.errors import InputError
-from keras_transformer.text.tokenizers import load_vocabulary, tokenizer_from_config
+from keras_transformer.harness import ModelDirectory
 from keras_transformer.transformer import Transformer
 
-MODEL_FILE = "model.keras"
-CONFIG_FILE = "config.json"
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"
-FORMAT_VERSION = 1
+KIND = "translator"
 
 
 class Translator:
@@ -185,66 +181,22 @@ class Translator:
                 (`TrainConfig.to_dict()`), recorded in `config.json` under
                 `"train"`. Defaults to `None`.
         """
-        os.makedirs(directory, exist_ok=True)
-        with atomic_path(os.path.join(directory, MODEL_FILE)) as temporary:
-            self.model.save(temporary)
-        self.source_tokenizer.save_vocabulary(os.path.join(directory, SOURCE_VOCAB_FILE))
-        self.target_tokenizer.save_vocabulary(os.path.join(directory, TARGET_VOCAB_FILE))
-        config = {
-            "format_version": FORMAT_VERSION,
-            "model": MODEL_FILE,
-            "source_tokenizer": dict(self.source_tokenizer.get_config(),
-                                     vocabulary=SOURCE_VOCAB_FILE),
-            "target_tokenizer": dict(self.target_tokenizer.get_config(),
-                                     vocabulary=TARGET_VOCAB_FILE),
-            "max_length": self.max_length,
-        }
+        entries = {"max_length": self.max_length}
         if train_config is not None:
-            config["train"] = train_config
-        write_text(os.path.join(directory, CONFIG_FILE),
-                   json.dumps(config, ensure_ascii=False, indent=2))
+            entries["train"] = train_config
+        ModelDirectory(directory, KIND).save(self.model, {
+            "source_tokenizer": (self.source_tokenizer, SOURCE_VOCAB_FILE),
+            "target_tokenizer": (self.target_tokenizer, TARGET_VOCAB_FILE),
+        }, **entries)
 
     @classmethod
     def load(cls, directory):
         """Reload a translator saved by `save` (or by `keras_transformer.train`).
 
         Raises:
-            ValueError: naming the file, when a file is missing or unreadable.
+            InputError: (a `ValueError`) naming the file, when a file is
+                missing, damaged or not a translator's.
         """
-        config_path = os.path.join(directory, CONFIG_FILE)
-        config = _read_json(config_path)
-        try:
-            tokenizers = []
-            for key in ("source_tokenizer", "target_tokenizer"):
-                options = dict(config[key])
-                vocabulary = load_vocabulary(
-                    _existing(os.path.join(directory, options.pop("vocabulary")))
-                )
-                tokenizers.append(tokenizer_from_config(options, vocabulary))
-            model_path = _existing(os.path.join(directory, config["model"]))
-        except (KeyError, TypeError, AttributeError) as error:
-            raise InputError(f"{config_path}: not a translator configuration ({error!r})") from None
-        try:
-            # safe_mode: a `.keras` file holding Python code (a `Lambda`) is
-            # refused, not run.
-            model = keras.models.load_model(model_path, safe_mode=True)
-        except Exception as error:  # Keras raises many types for a damaged file.
-            raise InputError(f"{model_path}: cannot load the model ({error})") from error
-        return cls(model, *tokenizers)
-
-
-def _existing(path):
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
-    return path
-
-
-def _read_json(path):
-    try:
-        with open(_existing(path), encoding="utf-8") as f:
-            config = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return config
+        model, tokenizers, _ = ModelDirectory(directory, KIND).load(Transformer, {
+            "source_tokenizer": SOURCE_VOCAB_FILE, "target_tokenizer": TARGET_VOCAB_FILE})
+        return cls(model, tokenizers["source_tokenizer"], tokenizers["target_tokenizer"])
