@@ -1,30 +1,74 @@
-"""Workarounds for what TensorFlow and Keras give no public API for, or get wrong.
+"""Workarounds for what Keras, TensorFlow and tensorflow-text give no public API
+for, or get wrong: every one the package has, and nothing else.
 
-Each one names its upstream issue, and `tests/test_compat.py` fails loudly when
-the behaviour it relies on changes. Nothing else in the package touches
-TensorFlow's or Keras' internals. Everything here is for the TensorFlow
-backend: the core reaches it only through `_backend`, which imports it only
-when TensorFlow is the backend.
+Each names its upstream issue or its reason, and `tests/test_compat.py` checks
+the behaviour it relies on or works around, so a test fails when upstream
+changes it (then the workaround goes, or follows). No other module of the
+package reaches into these libraries' internals. Nothing is imported at the
+top but Keras: the core (every backend) uses the Keras ones, and the
+TensorFlow and tensorflow-text ones import what they need when they run.
 """
 
 import inspect
 
-import tensorflow as tf
+import keras
 
-# No public API says whether a graph is being built for XLA; tf.function keys
-# its own cache on it internally (tensorflow/tensorflow#34208).
-from tensorflow.python.ops import control_flow_util
+# --- Keras ------------------------------------------------------------------------
+
+
+class MaskByKeyword:
+    """Mixin for layers called as `layer(x, mask, ...)`, like the tutorial's.
+
+    Keras fills a `None` `mask` argument from the Keras mask of `x` and then
+    passes it by keyword, which collides with a positional `layer(x, None)`
+    ("got multiple values for argument 'mask'"); forwarding `mask` by
+    keyword keeps the tutorial's call working. (The test checks that a plain
+    Keras layer still fails that way.)
+    """
+
+    def __call__(self, x, mask=None, **kwargs):
+        return super().__call__(x, mask=mask, **kwargs)
+
+
+def seed_states(model):
+    """The state variables of the model's `keras.random.SeedGenerator`s
+    (dropout's), in a fixed order.
+
+    `save_weights` leaves them out, so a backup saves them itself to resume
+    with the random stream a run that never stopped would have had. Keras
+    has no public API listing them: they are found by the path Keras gives
+    their variable (`.../seed_generator_state`).
+    """
+    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+def dropout_seed_generator(layer):
+    """The `keras.random.SeedGenerator` a `keras.layers.Dropout` draws its masks
+    from (its undocumented attribute `seed_generator`), for a faster draw
+    under TensorFlow's XLA (`_backend.xla_dropout`)."""
+    return layer.seed_generator
+
+
+# --- TensorFlow ---------------------------------------------------------------------
 
 
 def in_xla_context():
-    """Whether ops created now will be compiled by XLA (`jit_compile=True`)."""
+    """Whether ops created now will be compiled by XLA (`jit_compile=True`).
+
+    No public API says whether a graph is being built for XLA; tf.function
+    keys its own cache on it internally (tensorflow/tensorflow#34208).
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 class MultiWorkerFit:
     """Mixin for a `keras.Model` trained with `fit` under MultiWorkerMirroredStrategy.
 
-    Keras 3 fails there twice (keras-team/keras#20329, open):
+    Keras 3 fails there twice (keras-team/keras#20329, open; the test checks
+    that a plain model still fails):
 
     - it builds the model from a first batch averaged over the replicas with
       one `strategy.reduce` of the whole nested batch, which the strategy
@@ -44,11 +88,15 @@ class MultiWorkerFit:
         return self._multi_worker_logs(super().test_step(data))
 
     def _multi_worker_logs(self, logs):
+        import tensorflow as tf
+
         if _is_multi_worker(self.distribute_strategy):
             return {name: tf.reshape(value, [1]) for name, value in logs.items()}
         return logs
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        import tensorflow as tf
+
         strategy = self.distribute_strategy
         if iterator is not None and _is_multi_worker(strategy):
             for _, _, batches in iterator:
@@ -62,11 +110,33 @@ class MultiWorkerFit:
 
 
 def _is_multi_worker(strategy):
+    import tensorflow as tf
+
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def overridden_keras_method_signature():
     """The parameters of the Keras method `MultiWorkerFit` overrides (for the test)."""
-    import keras
-
     return list(inspect.signature(keras.Model._maybe_symbolic_build).parameters)
+
+
+# --- tensorflow-text ------------------------------------------------------------------
+
+
+def learn_wordpiece(word_counts, vocab_size, reserved_tokens, max_unique_chars, joiner):
+    """tensorflow-text's WordPiece vocabulary learner on `(word, count)` pairs.
+
+    Its documented entry, `bert_vocab_from_dataset` (tensorflow-text's
+    subword guide), reads a `tf.data` data set and counts words its own way;
+    the learner it calls,
+    `tensorflow_text.tools.wordpiece_vocab.wordpiece_tokenizer_learner_lib.learn`,
+    takes counts, so the tokenizers can count words the way they split them.
+
+    Returns:
+        list of str: `reserved_tokens`, then the learned tokens.
+    """
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+
+    return wordpiece_tokenizer_learner_lib.learn(
+        list(word_counts), vocab_size, list(reserved_tokens), lower_thresh=1,
+        max_unique_chars=max_unique_chars, joiner=joiner)

@@ -16,7 +16,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer import _backend, _config
+from keras_transformer import _backend, _compat, _config
 from keras_transformer.positional import positional_encoding
 
 
@@ -33,20 +33,8 @@ class Dropout(keras.layers.Dropout):
 
     def call(self, inputs, training=False):
         if training and self.rate > 0 and _backend.in_xla_context():
-            return _backend.xla_dropout(inputs, self.rate, self.seed_generator)
+            return _backend.xla_dropout(inputs, self.rate, _compat.dropout_seed_generator(self))
         return super().call(inputs, training=training)
-
-
-class MaskByKeyword:
-    """Mixin for layers called as `layer(x, mask, ...)`, like the tutorial's.
-
-    Keras fills a `None` `mask` argument from the Keras mask of `x` and then
-    passes it by keyword, which collides with a positional `layer(x, None)`;
-    forwarding `mask` by keyword keeps the tutorial's call working.
-    """
-
-    def __call__(self, x, mask=None, **kwargs):
-        return super().__call__(x, mask=mask, **kwargs)
 
 
 def layer_norm(dtype_policy, name):
@@ -68,12 +56,17 @@ class TransformerLayer(keras.layers.Layer):
                  **kwargs):
         super().__init__(**_config.layer_kwargs(type(self).__name__, kwargs))
         _config.check_model_args(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate)
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.rate = rate
-        self.norm_first = bool(norm_first)
-        self.activation = activation
+        _config.set_attributes(self, d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                               norm_first=bool(norm_first), activation=activation)
+
+    def _block_input(self, x, norm):
+        """What a residual block's sub-layer reads: `LN(x)` pre-LN, `x` post-LN."""
+        return norm(x) if self.norm_first else x
+
+    def _block_output(self, x, output, dropout, norm, training):
+        """A residual block's output: `x + Dropout(output)`, then `LN` post-LN."""
+        x = x + dropout(output, training=training)
+        return x if self.norm_first else norm(x)
 
     def get_config(self):
         config = super().get_config()
@@ -84,13 +77,14 @@ class TransformerLayer(keras.layers.Layer):
 class TransformerStack(keras.layers.Layer):
     """Base of `Encoder` and `Decoder`: embeddings, positions, dropout, checks.
 
-    A subclass checks and stores its vocabulary size under its tutorial name
-    (`input_vocab_size` or `target_vocab_size`, passed here as `vocab_size`
-    and read back through its `vocab_size` property), creates its list of
-    layers (`enc_layers` or `dec_layers`) and builds it; `_embed` turns token
-    ids into the first layer's input.
+    A subclass names its vocabulary size as the tutorial does
+    (`VOCAB_SIZE_ARG`: `input_vocab_size` or `target_vocab_size`, passed here
+    as `vocab_size`) and stores it under that name, creates its list of
+    layers (`enc_layers` or `dec_layers`) with `_make_layers` and builds it
+    with `_build_stack`; `_embed` turns token ids into the first layer's input.
     """
 
+    VOCAB_SIZE_ARG = None
     # Arguments that are not configuration: the subclass stores `vocab_size`
     # under its tutorial name, and an embedding to share is its owner's.
     NOT_CONFIG = ("vocab_size", "embedding")
@@ -100,24 +94,22 @@ class TransformerStack(keras.layers.Layer):
                  position_encoding="sinusoidal", pad_token_idx=0, type_vocab_size=0,
                  embedding_layernorm=False, embedding=None, **kwargs):
         super().__init__(**_config.layer_kwargs(type(self).__name__, kwargs))
+        self.vocab_size = _config.check_positive_int(self.VOCAB_SIZE_ARG, vocab_size)
         _config.check_model_args(
             num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
             maximum_position_encoding=maximum_position_encoding, rate=rate,
         )
         _config.check_choice("position_encoding", position_encoding,
                              _config.POSITION_ENCODINGS)
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.dff = dff
-        self.maximum_position_encoding = maximum_position_encoding
-        self.rate = rate
-        self.norm_first = bool(norm_first)
-        self.activation = activation
-        self.position_encoding = position_encoding
-        self.pad_token_idx = _config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size)
-        self.type_vocab_size = _config.check_non_negative_int("type_vocab_size", type_vocab_size)
-        self.embedding_layernorm = bool(embedding_layernorm)
+        _config.set_attributes(
+            self, num_layers=num_layers, d_model=d_model, num_heads=num_heads, dff=dff,
+            maximum_position_encoding=maximum_position_encoding, rate=rate,
+            norm_first=bool(norm_first), activation=activation,
+            position_encoding=position_encoding,
+            pad_token_idx=_config.check_token_idx("pad_token_idx", pad_token_idx, vocab_size),
+            type_vocab_size=_config.check_non_negative_int("type_vocab_size", type_vocab_size),
+            embedding_layernorm=bool(embedding_layernorm),
+        )
 
         if embedding is None:
             embedding = keras.layers.Embedding(
@@ -152,6 +144,19 @@ class TransformerStack(keras.layers.Layer):
         config = super().get_config()
         config.update(_config.options_config(self, exclude=self.NOT_CONFIG))
         return config
+
+    def _make_layers(self, layer_class, name):
+        """`num_layers` new `EncoderLayer`s or `DecoderLayer`s named `name1`, `name2`, ..."""
+        return [layer_class(self.d_model, self.num_heads, self.dff, self.rate,
+                            norm_first=self.norm_first, activation=self.activation,
+                            dtype=self.dtype_policy, name=f"{name}{i + 1}")
+                for i in range(self.num_layers)]
+
+    def _build_stack(self, input_shape, layers):
+        """Builds the embeddings and `layers` for ids of shape `input_shape`."""
+        hidden_shape = self._build_embeddings(input_shape)
+        for layer in layers:
+            layer.build(hidden_shape)
 
     def _build_embeddings(self, input_shape):
         """Builds the embeddings and norms for ids of shape `input_shape`."""

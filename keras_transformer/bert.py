@@ -100,11 +100,12 @@ class MaskedLanguageModel(keras.Model):
         float32 logits `(B, S, input_vocab_size)`, or `(B, P, input_vocab_size)`
         at `masked_positions`.
 
-    Example:
+    Example (the logits of two masked positions per row):
     >>> mlm = MaskedLanguageModel(num_layers=1, d_model=32, num_heads=2, dff=64,
     ...                           input_vocab_size=50, maximum_position_encoding=8)
-    >>> tuple(mlm(np.ones((2, 8), "int32")).shape)
-    (2, 8, 50)
+    >>> ids, positions = np.ones((2, 8), "int32"), np.array([[1, 5], [2, 3]])
+    >>> tuple(mlm({"token_ids": ids, "masked_positions": positions}).shape)
+    (2, 2, 50)
     """
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,

@@ -15,18 +15,12 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer import _config
+from keras_transformer import _compat, _config
 from keras_transformer._files import atomic_path, write_text
 from keras_transformer.errors import InputError, user_errors
 
 STATE_FILE = "state.json"
 WEIGHTS_PATTERN = "epoch-{:05d}.weights.h5"
-
-
-def _seed_states(model):
-    """The state variables of the model's `keras.random.SeedGenerator`s
-    (dropout's), in a fixed order. `save_weights` leaves them out."""
-    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
 
 
 class Backup(keras.callbacks.Callback):
@@ -78,7 +72,7 @@ class Backup(keras.callbacks.Callback):
             model.optimizer.build(model.trainable_variables)
         with user_errors(weights_path, "cannot load the backup"):
             model.load_weights(weights_path)
-        variables = _seed_states(model)
+        variables = _compat.seed_states(model)
         if len(variables) != len(state["seed_states"]):
             raise InputError(f"{self.state_path}: the backup is of another model")
         for variable, value in zip(variables, state["seed_states"]):
@@ -94,7 +88,7 @@ class Backup(keras.callbacks.Callback):
             "epoch": epochs_done,
             "finished": finished,
             "weights": name,
-            "seed_states": [np.asarray(v).tolist() for v in _seed_states(self.model)],
+            "seed_states": [np.asarray(v).tolist() for v in _compat.seed_states(self.model)],
         }
         write_text(self.state_path, json.dumps(state))
         for other in os.listdir(self.directory):

@@ -317,10 +317,8 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
         pretrained: a directory written by `pretrain`, a `PretrainResult`,
             or `None` (a fresh encoder). The classifier trains the pretrained
             encoder itself, with its vocabulary and sizes.
-        config: `ClassifyConfig`. Defaults to `None` (`ClassifyConfig()`).
-        callbacks: list of extra `keras.callbacks.Callback`.
-        verbose: int. `0` silent, `1` progress and messages on stderr.
-        **options: `ClassifyConfig` fields that override `config`'s.
+        config, callbacks, verbose, **options: as in `pretrain`, with a
+            `ClassifyConfig` (defaults to `ClassifyConfig()`).
 
     Returns:
         `ClassifyResult`.

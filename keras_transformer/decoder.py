@@ -16,7 +16,6 @@ Runs on every Keras backend.
 import keras
 from keras import ops
 
-from keras_transformer import _config
 from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
 from keras_transformer.attention import MultiHeadAttention
 from keras_transformer.feed_forward import point_wise_feed_forward_network
@@ -93,34 +92,21 @@ class DecoderLayer(TransformerLayer):
             self_cache, cross_cache = cache["self"], cache["cross"]
 
         # Masked self-attention block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm1(x)
-        outputs = self.mha1(x, x, x, look_ahead_mask, cache=self_cache, cache_index=cache_index)
+        h = self._block_input(x, self.layernorm1)
+        outputs = self.mha1(h, h, h, look_ahead_mask, cache=self_cache, cache_index=cache_index)
         attn1, weights_block1 = outputs[:2]  # (B, T, d_model), (B, H, T, T or L)
-        x = residual + self.dropout1(attn1, training=training)
-        if not self.norm_first:
-            x = self.layernorm1(x)
+        x = self._block_output(x, attn1, self.dropout1, self.layernorm1, training)
 
         # Encoder-decoder attention block: queries from the decoder.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm2(x)
+        h = self._block_input(x, self.layernorm2)
         attn2, weights_block2 = self.mha2(
-            enc_output, enc_output, x, padding_mask, cache=cross_cache
+            enc_output, enc_output, h, padding_mask, cache=cross_cache
         )[:2]  # (B, T, d_model), (B, H, T, S)
-        x = residual + self.dropout2(attn2, training=training)
-        if not self.norm_first:
-            x = self.layernorm2(x)
+        x = self._block_output(x, attn2, self.dropout2, self.layernorm2, training)
 
         # Feed-forward block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm3(x)
-        ffn_output = self.ffn(x)  # (B, T, d_model)
-        x = residual + self.dropout3(ffn_output, training=training)
-        if not self.norm_first:
-            x = self.layernorm3(x)
+        ffn_output = self.ffn(self._block_input(x, self.layernorm3))  # (B, T, d_model)
+        x = self._block_output(x, ffn_output, self.dropout3, self.layernorm3, training)
 
         if cache is None:
             return x, weights_block1, weights_block2
@@ -159,29 +145,17 @@ class Decoder(TransformerStack):
         `cache`, also the updated cache.
     """
 
+    VOCAB_SIZE_ARG = "target_vocab_size"
+
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size,
                  maximum_position_encoding, **options):
-        _config.check_positive_int("target_vocab_size", target_vocab_size)
         super().__init__(num_layers, d_model, num_heads, dff, target_vocab_size,
                          maximum_position_encoding, **options)
         self.target_vocab_size = target_vocab_size
-        self.dec_layers = [
-            DecoderLayer(d_model, num_heads, dff, self.rate, norm_first=self.norm_first,
-                         activation=self.activation, dtype=self.dtype_policy,
-                         name=f"decoder_layer{i + 1}")
-            for i in range(num_layers)
-        ]
-
-    @property
-    def vocab_size(self):
-        """The size of the target vocabulary, `target_vocab_size`."""
-        return self.target_vocab_size
+        self.dec_layers = self._make_layers(DecoderLayer, "decoder_layer")
 
     def build(self, input_shape):
-        """Builds the embeddings and the layers for ids of shape `input_shape`."""
-        hidden_shape = self._build_embeddings(input_shape)
-        for layer in self.dec_layers:
-            layer.build(hidden_shape)
+        self._build_stack(input_shape, self.dec_layers)
 
     def init_cache(self, enc_output, max_length):
         """The decoding cache for `enc_output` `(B, S, d_model)`.

@@ -10,14 +10,8 @@ Runs on every Keras backend.
 import keras
 from keras import ops
 
-from keras_transformer import _config
-from keras_transformer._stack import (
-    Dropout,
-    MaskByKeyword,
-    TransformerLayer,
-    TransformerStack,
-    layer_norm,
-)
+from keras_transformer._compat import MaskByKeyword
+from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
 from keras_transformer.attention import MultiHeadAttention
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import as_attention_mask, create_padding_mask, is_keras_mask
@@ -78,22 +72,13 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
         mask = as_attention_mask(mask)
 
         # Self-attention block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm1(x)
-        attn_output, weights = self.mha(x, x, x, mask)  # (B, S, d_model)
-        x = residual + self.dropout1(attn_output, training=training)
-        if not self.norm_first:
-            x = self.layernorm1(x)
+        h = self._block_input(x, self.layernorm1)
+        attn_output, weights = self.mha(h, h, h, mask)  # (B, S, d_model)
+        x = self._block_output(x, attn_output, self.dropout1, self.layernorm1, training)
 
         # Feed-forward block.
-        residual = x
-        if self.norm_first:
-            x = self.layernorm2(x)
-        ffn_output = self.ffn(x)  # (B, S, d_model)
-        x = residual + self.dropout2(ffn_output, training=training)
-        if not self.norm_first:
-            x = self.layernorm2(x)
+        ffn_output = self.ffn(self._block_input(x, self.layernorm2))  # (B, S, d_model)
+        x = self._block_output(x, ffn_output, self.dropout2, self.layernorm2, training)
 
         if return_attention_weights:
             return x, weights
@@ -158,29 +143,17 @@ class Encoder(MaskByKeyword, TransformerStack):
     (64, 25, 512)
     """
 
+    VOCAB_SIZE_ARG = "input_vocab_size"
+
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size,
                  maximum_position_encoding, **options):
-        _config.check_positive_int("input_vocab_size", input_vocab_size)
         super().__init__(num_layers, d_model, num_heads, dff, input_vocab_size,
                          maximum_position_encoding, **options)
         self.input_vocab_size = input_vocab_size
-        self.enc_layers = [
-            EncoderLayer(d_model, num_heads, dff, self.rate, norm_first=self.norm_first,
-                         activation=self.activation, dtype=self.dtype_policy,
-                         name=f"encoder_layer{i + 1}")
-            for i in range(num_layers)
-        ]
-
-    @property
-    def vocab_size(self):
-        """The size of the source vocabulary, `input_vocab_size`."""
-        return self.input_vocab_size
+        self.enc_layers = self._make_layers(EncoderLayer, "encoder_layer")
 
     def build(self, input_shape):
-        """Builds the embeddings and the layers for ids of shape `input_shape`."""
-        hidden_shape = self._build_embeddings(input_shape)
-        for layer in self.enc_layers:
-            layer.build(hidden_shape)
+        self._build_stack(input_shape, self.enc_layers)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False,
              segment_ids=None):

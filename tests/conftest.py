@@ -1,6 +1,10 @@
 """Shared fixtures: tiny configs in the tutorial's `kargs` form and a toy task."""
 
+import json
 import os
+import socket
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -59,6 +63,32 @@ class AtBatch(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if (self.current, batch) == (self.epoch, self.batch):
             self.action()
+
+
+def run_two_workers(mode, out_dir, timeout=110):
+    """`tests/distributed_child.py MODE OUT_DIR` as the two workers of one
+    MultiWorkerMirroredStrategy cluster on this machine: their exit codes."""
+    child = os.path.join(os.path.dirname(__file__), "distributed_child.py")
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    processes = []
+    try:
+        for index in range(2):
+            config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            processes.append(subprocess.Popen(
+                [sys.executable, child, mode, str(out_dir)],
+                env=dict(os.environ, TF_CONFIG=json.dumps(config)),
+            ))
+        return [process.wait(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tiny_kargs(**overrides):

@@ -12,6 +12,10 @@
     python tests/distributed_child.py multi_worker OUT_DIR
         One worker of a MultiWorkerMirroredStrategy run (TF_CONFIG set by the
         caller); writes its final weights to OUT_DIR/weights-<index>.npz.
+    python tests/distributed_child.py plain_multi_worker OUT_DIR
+        One worker of a MultiWorkerMirroredStrategy `fit` of a plain Keras
+        model with nested inputs, without `_compat.MultiWorkerFit`; writes
+        what `fit` raised (or "trained") to OUT_DIR/plain-<index>.txt.
 """
 
 import json
@@ -111,5 +115,25 @@ def multi_worker(out_dir):
              *result.translator.model.get_weights())
 
 
+def plain_multi_worker(out_dir):
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        source, target = keras.Input((4,)), keras.Input((4,))
+        joined = keras.layers.Concatenate()([source, target])
+        model = keras.Model([source, target], keras.layers.Dense(1)(joined))
+        model.compile("sgd", "mse")
+    x = np.ones((8, 4), "float32")
+    data = tf.data.Dataset.from_tensor_slices(((x, x), np.ones((8, 1), "float32"))).batch(4)
+    try:
+        model.fit(data, verbose=0)
+        outcome = "trained"
+    except ValueError as error:
+        outcome = str(error)
+    with open(os.path.join(out_dir, f"plain-{index}.txt"), "w", encoding="utf-8") as f:
+        f.write(outcome)
+
+
 if __name__ == "__main__":
-    {"mirrored": mirrored, "multi_worker": multi_worker}[sys.argv[1]](sys.argv[2])
+    {"mirrored": mirrored, "multi_worker": multi_worker,
+     "plain_multi_worker": plain_multi_worker}[sys.argv[1]](sys.argv[2])

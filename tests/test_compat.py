@@ -1,8 +1,14 @@
 """The workarounds of `keras_transformer._compat`: these fail loudly when the
-TensorFlow or Keras behaviour they rely on changes."""
+Keras, TensorFlow or tensorflow-text behaviour they rely on, or work around,
+changes."""
 
+import h5py
+import keras
+import numpy as np
+import pytest
 import tensorflow as tf
 
+from conftest import run_two_workers
 from keras_transformer import _compat
 
 
@@ -24,3 +30,55 @@ def test_the_overridden_keras_method_still_exists_with_its_signature():
     """If Keras renames it, `MultiWorkerFit._maybe_symbolic_build` is dead code and
     multi-worker `fit` breaks again (keras-team/keras#20329)."""
     assert _compat.overridden_keras_method_signature() == ["self", "iterator", "data_batch"]
+
+
+def test_keras_still_passes_a_filled_in_mask_by_keyword():
+    """Why `MaskByKeyword` exists: without it, `layer(x, None)` on an input
+    with a Keras mask is a `TypeError`. Once Keras stops this, remove it."""
+
+    class Plain(keras.layers.Layer):
+        def call(self, x, mask=None):
+            return x
+
+    class Mended(_compat.MaskByKeyword, Plain):
+        pass
+
+    x = keras.layers.Embedding(10, 4, mask_zero=True)(np.array([[1, 2, 0]]))
+    with pytest.raises(TypeError, match="multiple values for argument 'mask'"):
+        Plain()(x, None)
+    np.testing.assert_array_equal(Mended()(x, None), x)
+
+
+def test_save_weights_still_leaves_out_the_seed_generators_state(tmp_path):
+    """Why `Backup` saves `seed_states` itself: `save_weights` does not."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                              keras.layers.Dropout(0.5), keras.layers.Dropout(0.5)])
+    states = _compat.seed_states(model)
+    assert len(states) == 2
+    model.save_weights(tmp_path / "model.weights.h5")
+    with h5py.File(tmp_path / "model.weights.h5", "r") as f:
+        saved = []
+        f.visit(saved.append)
+    assert not any("seed_generator" in name for name in saved), saved
+
+
+def test_dropout_still_draws_from_its_seed_generator():
+    generator = _compat.dropout_seed_generator(keras.layers.Dropout(0.1))
+    assert isinstance(generator, keras.random.SeedGenerator)
+
+
+def test_the_wordpiece_learner_still_takes_counts():
+    vocabulary = _compat.learn_wordpiece([("abab", 5), ("ab", 3), ("ba", 2)], 20,
+                                         ["<PAD>", "<UNK>"], max_unique_chars=2, joiner="##")
+    assert vocabulary[:2] == ["<PAD>", "<UNK>"]
+    assert {"a", "b", "##a", "##b"} <= set(vocabulary)
+
+
+def test_keras_still_fails_multi_worker_fit_of_nested_inputs(tmp_path):
+    """Why `MultiWorkerFit` exists (keras-team/keras#20329): a plain model with
+    nested inputs fails under a two-worker MultiWorkerMirroredStrategy. Once
+    Keras fixes it, remove the mixin."""
+    assert run_two_workers("plain_multi_worker", tmp_path) == [0, 0]
+    for index in range(2):
+        outcome = (tmp_path / f"plain-{index}.txt").read_text(encoding="utf-8")
+        assert outcome.startswith("Attempt to convert a value (PerReplica"), outcome

@@ -1,8 +1,6 @@
 """Scale: several devices and processes, mixed precision, static shapes for XLA and TPUs."""
 
-import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -11,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from conftest import TINY_TRAIN, tiny_kargs
+from conftest import TINY_TRAIN, run_two_workers, tiny_kargs
 from keras_transformer import train
 from keras_transformer.data import english_korean_corpus, reverse_task
 from keras_transformer.data.pipeline import padded_sources
@@ -45,27 +43,8 @@ def test_mirrored_over_two_cpus_computes_the_one_device_gradients(tmp_path):
                                atol=1e-6)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_worker_processes_end_with_identical_weights(tmp_path):
-    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    processes = []
-    try:
-        for index in range(2):
-            config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-            processes.append(subprocess.Popen(
-                [sys.executable, CHILD, "multi_worker", str(tmp_path)],
-                env=dict(os.environ, TF_CONFIG=json.dumps(config)),
-            ))
-        assert [process.wait(timeout=110) for process in processes] == [0, 0]
-    finally:
-        for process in processes:
-            process.kill()
-            process.wait()
+    assert run_two_workers("multi_worker", tmp_path) == [0, 0]
     chief, other = (np.load(tmp_path / f"weights-{i}.npz") for i in range(2))
     assert len(chief.files) == len(other.files) > 10
     for name in chief.files:

@@ -30,11 +30,8 @@ import collections
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.tools.wordpiece_vocab import (
-    wordpiece_tokenizer_learner_lib as wordpiece_learner,
-)
 
-from keras_transformer import _config
+from keras_transformer import _compat, _config
 from keras_transformer._files import write_text
 from keras_transformer.errors import InputError
 
@@ -316,11 +313,8 @@ class WordPieceTokenizer(Tokenizer):
         """
         if not word_counts:
             return list(specials)
-        vocabulary = wordpiece_learner.learn(
-            list(word_counts.items()),
-            vocab_size,
-            list(specials),
-            lower_thresh=1,
+        vocabulary = _compat.learn_wordpiece(
+            word_counts.items(), vocab_size, specials,
             max_unique_chars=len({char for word in word_counts for char in word}),
             joiner=cls.suffix_indicator,
         )
