@@ -13,17 +13,31 @@ sacrebleu and matplotlib) loads on first use.
 
 import importlib
 
-import keras
+from keras_transformer import _startup
 
-from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
-from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
-from keras_transformer.decoder import Decoder, DecoderLayer
-from keras_transformer.encoder import Encoder, EncoderLayer
-from keras_transformer.feed_forward import point_wise_feed_forward_network
-from keras_transformer.masking import create_look_ahead_mask, create_masks, create_padding_mask
-from keras_transformer.positional import get_angles, positional_encoding
-from keras_transformer.training import CustomSchedule, MaskedLoss, masked_accuracy, masked_loss
-from keras_transformer.transformer import Transformer
+# The command line starts quietly: TensorFlow's start-up lines are held back
+# (`_startup`); a Python import of the package changes nothing.
+with _startup.quiet():
+    import keras
+
+    from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
+    from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
+    from keras_transformer.decoder import Decoder, DecoderLayer
+    from keras_transformer.encoder import Encoder, EncoderLayer
+    from keras_transformer.feed_forward import point_wise_feed_forward_network
+    from keras_transformer.masking import (
+        create_look_ahead_mask,
+        create_masks,
+        create_padding_mask,
+    )
+    from keras_transformer.positional import get_angles, positional_encoding
+    from keras_transformer.training import (
+        CustomSchedule,
+        MaskedLoss,
+        masked_accuracy,
+        masked_loss,
+    )
+    from keras_transformer.transformer import Transformer
 
 __version__ = "0.1.0"
 

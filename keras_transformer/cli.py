@@ -394,6 +394,10 @@ def build_parser():
                             help="run: 'key=<Python literal>;key2=...', e.g. "
                             "'text=[\"I read a book.\"]'")
     cli_parser.set_defaults(run=saved_model_cli)
+    for command in commands.choices.values():
+        command.add_argument("--verbose", action="store_true",
+                             help="also show TensorFlow's start-up and log lines (hidden "
+                             "unless TF_CPP_MIN_LOG_LEVEL is set)")
     return parser
 
 

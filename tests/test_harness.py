@@ -1,10 +1,13 @@
 """The run harness: model directories saved atomically and read with their
 format checked, and the error contract of every command: a user's mistake is
-one line and exit status 2, a bug of ours its traceback, the bug line and 1."""
+one line and exit status 2, a bug of ours its traceback, the bug line and 1;
+and the first line a user reads is ours."""
 
 import json
 import os
 import re
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -169,7 +172,7 @@ def test_a_bug_of_ours_while_resuming_is_not_reported_as_a_damaged_backup(tmp_pa
 
     with pytest.raises(KeyboardInterrupt):
         kt.train(pairs, out, pairs, epochs=3, callbacks=[AfterEpoch(1, interrupt)], **tiny)
-    monkeypatch.setattr("keras_transformer.callbacks._seed_states", simulated_bug)
+    monkeypatch.setattr("keras_transformer._compat.seed_states", simulated_bug)
     with pytest.raises(RuntimeError, match="simulated bug"):
         kt.train(pairs, out, pairs, epochs=3, **tiny)
 
@@ -284,3 +287,24 @@ def test_an_os_error_about_no_file_is_ours(model_dirs, capsys, monkeypatch):
                         lambda *args, **kwargs: open(model_dirs / "missing.txt"))
     status, err = run(command("translate", model_dirs), capsys, monkeypatch)
     assert status == 2 and "missing.txt" in err and "Traceback" not in err
+
+
+def start(*flags, **env):
+    """`python -m keras_transformer translate` on a missing model: exit code, stderr lines."""
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer", "translate", "--model", "nowhere", "hi",
+         *flags], capture_output=True, text=True, timeout=120, env=dict(environment, **env))
+    return result.returncode, result.stderr.strip().splitlines()
+
+
+def test_the_first_line_a_user_reads_is_ours():
+    assert start() == (2, ["keras-transformer translate: error: nowhere: no such model "
+                           "directory"])
+
+
+@pytest.mark.parametrize(("flags", "env"), [(["--verbose"], {}),
+                                            ([], {"TF_CPP_MIN_LOG_LEVEL": "0"})])
+def test_verbose_or_the_users_log_level_shows_tensorflows_lines(flags, env):
+    status, lines = start(*flags, **env)
+    assert status == 2 and len(lines) > 1 and lines[-1].endswith("no such model directory")
