@@ -297,6 +297,35 @@ def _examples(pairs):
     return [(str(text), str(label).strip()) for text, label in pairs if str(text).strip()]
 
 
+def _labels(examples, valid_examples):
+    """The class names: the training labels, sorted; every validation label among them."""
+    labels = sorted({label for _, label in examples})
+    if len(labels) < 2:
+        raise InputError(f"Need at least 2 different labels to classify. Received: {labels}")
+    unknown = sorted({label for _, label in valid_examples} - set(labels))
+    if unknown:
+        raise InputError(f"The validation examples have labels never seen in training: "
+                         f"{unknown}")
+    return labels
+
+
+def _encoder(pretrained, texts, config, run):
+    """`(encoder, tokenizer)`: the pretrained ones, or a fresh encoder and a vocabulary
+    learned from `texts`."""
+    if pretrained is None:
+        tokenizer = _learn_tokenizer(texts, config, run)
+        return bert_encoder(**config.model_options(), input_vocab_size=tokenizer.vocab_size,
+                            maximum_position_encoding=config.max_length,
+                            pad_token_idx=tokenizer.pad_id), tokenizer
+    if isinstance(pretrained, PretrainResult):
+        mlm, tokenizer = pretrained.model, pretrained.tokenizer
+    else:
+        mlm, tokenizer = load_pretrained(pretrained)
+    log(f"Fine-tuning the pretrained encoder ({mlm.encoder.count_params():,} parameters)",
+        run.verbose)
+    return mlm.encoder, tokenizer
+
+
 def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=None, *,
               callbacks=None, verbose=1, **options):
     """Train a text classifier on `(text, label)` pairs, from a pretrained
@@ -329,32 +358,14 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
     if valid_examples is None:
         examples, valid_examples = split_pairs(examples, config.valid_fraction, config.seed)
     valid_examples = _examples(valid_examples)
-    labels = sorted({label for _, label in examples})
-    if len(labels) < 2:
-        raise InputError(f"Need at least 2 different labels to classify. Received: {labels}")
-    unknown = sorted({label for _, label in valid_examples} - set(labels))
-    if unknown:
-        raise InputError(f"The validation examples have labels never seen in training: "
-                         f"{unknown}")
+    labels = _labels(examples, valid_examples)
     keras.utils.set_random_seed(config.seed)
     run = TrainingRun(out_dir, config, "val_accuracy", "max", verbose)
     counts = collections.Counter(label for _, label in examples)
     log(f"{len(examples)} training examples ({dict(sorted(counts.items()))}), "
         f"{len(valid_examples)} validation examples", verbose)
 
-    if isinstance(pretrained, PretrainResult):
-        mlm, tokenizer = pretrained.model, pretrained.tokenizer
-    elif pretrained is not None:
-        mlm, tokenizer = load_pretrained(pretrained)
-    if pretrained is not None:
-        encoder = mlm.encoder
-        log(f"Fine-tuning the pretrained encoder ({encoder.count_params():,} parameters)",
-            verbose)
-    else:
-        tokenizer = _learn_tokenizer([text for text, _ in examples], config, run)
-        encoder = bert_encoder(**config.model_options(), input_vocab_size=tokenizer.vocab_size,
-                               maximum_position_encoding=config.max_length,
-                               pad_token_idx=tokenizer.pad_id)
+    encoder, tokenizer = _encoder(pretrained, [text for text, _ in examples], config, run)
     tokenizer.save_vocabulary(run.path(VOCAB_FILE))
     model = SequenceClassifier(encoder, len(labels), pooling=config.pooling, rate=config.rate)
     model.build((None, None))

@@ -304,7 +304,17 @@ def build_parser():
         description="Train and use the Transformer of the Korean TF2 chatbot tutorial.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    _training_commands(commands)
+    _model_commands(commands)
+    for command in commands.choices.values():
+        command.add_argument("--verbose", action="store_true",
+                             help="also show TensorFlow's start-up and log lines (hidden "
+                             "unless TF_CPP_MIN_LOG_LEVEL is set)")
+    return parser
 
+
+def _training_commands(commands):
+    """`demo`, `train`, `pretrain` and `classify`: their flags from the configs."""
     demo_parser = commands.add_parser(
         "demo", help="train on the built-in English -> Korean corpus and score it",
         description="Train on the built-in English -> Korean corpus, evaluate on its test "
@@ -363,6 +373,9 @@ def build_parser():
     _config_flags(classify_parser, ClassifyConfig())
     classify_parser.set_defaults(run=classify)
 
+
+def _model_commands(commands):
+    """`chat`, `translate`, `export` and `saved-model-cli`: they use a trained model."""
     # The commands that use a trained model directory, and how each decodes by default.
     for name, run, help_text, method in (
         ("chat", chat, "answer lines with a trained model", CHAT_METHOD),
@@ -394,11 +407,6 @@ def build_parser():
                             help="run: 'key=<Python literal>;key2=...', e.g. "
                             "'text=[\"I read a book.\"]'")
     cli_parser.set_defaults(run=saved_model_cli)
-    for command in commands.choices.values():
-        command.add_argument("--verbose", action="store_true",
-                             help="also show TensorFlow's start-up and log lines (hidden "
-                             "unless TF_CPP_MIN_LOG_LEVEL is set)")
-    return parser
 
 
 def main(argv=None):

@@ -171,57 +171,72 @@ def make_dataset(pairs, source_tokenizer, target_tokenizer, max_length, batch_si
     target_pad = tf.constant(target_tokenizer.pad_id, tf.int32)
     padding = ((tf.constant(source_tokenizer.pad_id, tf.int32), target_pad), target_pad)
 
-    def batches(rows, sort=bucket):
-        if static_shape:
-            shape = tf.TensorShape([max_length])
-            return rows.padded_batch(batch_size, padded_shapes=((shape, shape), shape),
-                                     padding_values=padding, drop_remainder=drop_remainder)
-        if not sort:
-            return rows.padded_batch(batch_size, padding_values=padding,
-                                     drop_remainder=drop_remainder)
-        boundaries = list(range(8, max_length + 1, 8))
-        return rows.bucket_by_sequence_length(
-            lambda x, y: tf.maximum(tf.shape(x[0])[0], tf.shape(y)[0]),
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
-            padding_values=padding,
-            drop_remainder=drop_remainder,
-        )
+    def batches(rows, sort):
+        return _padded_batches(rows, batch_size, max_length, padding, sort, static_shape,
+                               drop_remainder)
 
     if epochs is None:
         if shuffle:
             dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
-        dataset = batches(dataset)
+        dataset = batches(dataset, bucket)
     else:
-        base_seed = 0 if seed is None else seed
-        sort = bucket and not static_shape
+        order = _EpochOrder(len(pairs), batch_size, 0 if seed is None else seed, shuffle,
+                            bucket and not static_shape, token_dropout, source_tokenizer.unk_id)
         # All rows as one element of ragged tensors, to permute in the graph.
         everything = dataset.ragged_batch(len(pairs))
 
-        def permute(epoch, inputs, target):
-            order = tf.range(len(pairs))
-            if shuffle:
-                order = tf.random.experimental.stateless_shuffle(
-                    order, seed=tf.stack([tf.constant(base_seed, tf.int64), epoch]))
-            if sort:
-                lengths = tf.maximum(inputs[0].row_lengths(), target.row_lengths())
-                order = _length_sorted_batches(
-                    order, tf.gather(lengths, order), batch_size,
-                    seed=tf.stack([tf.constant(-1 - base_seed, tf.int64), epoch]))
-            (inp, dec_in), dec_out = tf.nest.map_structure(lambda t: tf.gather(t, order),
-                                                           (inputs, target))
-            if token_dropout:
-                noise = tf.random.stateless_uniform(
-                    tf.shape(inp.flat_values),
-                    seed=tf.stack([tf.constant(base_seed, tf.int64), epoch + 2**31]))
-                inp = inp.with_flat_values(tf.where(noise < token_dropout,
-                                                    source_tokenizer.unk_id, inp.flat_values))
-            return (inp, dec_in), dec_out
-
         def one_pass(epoch):
-            permuted = everything.map(lambda inputs, target: permute(epoch, inputs, target))
+            permuted = everything.map(lambda inputs, target: order(epoch, inputs, target))
             return batches(permuted.unbatch().map(lambda inputs, target: (inputs, target)),
                            sort=False)
 
         dataset = tf.data.Dataset.range(initial_epoch, epochs).flat_map(one_pass)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _padded_batches(rows, batch_size, max_length, padding, sort, static_shape, drop_remainder):
+    """Rows padded to the longest of their batch (or to `max_length` with
+    `static_shape`); with `sort`, batched by length buckets as they come."""
+    if static_shape:
+        shape = tf.TensorShape([max_length])
+        return rows.padded_batch(batch_size, padded_shapes=((shape, shape), shape),
+                                 padding_values=padding, drop_remainder=drop_remainder)
+    if not sort:
+        return rows.padded_batch(batch_size, padding_values=padding,
+                                 drop_remainder=drop_remainder)
+    boundaries = list(range(8, max_length + 1, 8))
+    return rows.bucket_by_sequence_length(
+        lambda x, y: tf.maximum(tf.shape(x[0])[0], tf.shape(y)[0]),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+        padding_values=padding,
+        drop_remainder=drop_remainder,
+    )
+
+
+class _EpochOrder:
+    """Pass `epoch` of all the rows: their order (shuffled, then length-sorted within
+    windows) and token dropout, drawn from `(seed, epoch)` alone."""
+
+    def __init__(self, n_rows, batch_size, seed, shuffle, sort, token_dropout, unk_id):
+        self.n_rows, self.batch_size, self.seed = n_rows, batch_size, seed
+        self.shuffle, self.sort = shuffle, sort
+        self.token_dropout, self.unk_id = token_dropout, unk_id
+
+    def __call__(self, epoch, inputs, target):
+        seed = tf.constant(self.seed, tf.int64)
+        order = tf.range(self.n_rows)
+        if self.shuffle:
+            order = tf.random.experimental.stateless_shuffle(order, seed=tf.stack([seed, epoch]))
+        if self.sort:
+            lengths = tf.maximum(inputs[0].row_lengths(), target.row_lengths())
+            order = _length_sorted_batches(order, tf.gather(lengths, order), self.batch_size,
+                                           seed=tf.stack([-1 - seed, epoch]))
+        (inp, dec_in), dec_out = tf.nest.map_structure(lambda t: tf.gather(t, order),
+                                                       (inputs, target))
+        if self.token_dropout:
+            noise = tf.random.stateless_uniform(tf.shape(inp.flat_values),
+                                                seed=tf.stack([seed, epoch + 2**31]))
+            inp = inp.with_flat_values(tf.where(noise < self.token_dropout, self.unk_id,
+                                                inp.flat_values))
+        return (inp, dec_in), dec_out
