@@ -69,8 +69,9 @@ def layer_kwargs(cls_name: str, kwargs: dict) -> dict:
 def init_options(cls, exclude=()):
     """The named parameters of `cls.__init__` and of its bases', in order.
 
-    The bases are read up to the first Keras class; `self` and `*args` /
-    `**kwargs` are not options.
+    Only this package's classes are read (a user's subclass with arguments of
+    its own adds them in its own `get_config`, as with any Keras layer), up to
+    the first Keras class; `self` and `*args` / `**kwargs` are not options.
 
     Args:
         cls: a layer or model class of this package.
@@ -84,7 +85,7 @@ def init_options(cls, exclude=()):
     for klass in cls.__mro__:
         if klass.__module__.startswith("keras."):
             break
-        if "__init__" not in vars(klass):
+        if "__init__" not in vars(klass) or not klass.__module__.startswith(__package__):
             continue
         for parameter in inspect.signature(klass.__init__).parameters.values():
             named = parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)

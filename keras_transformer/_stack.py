@@ -20,7 +20,6 @@ from keras_transformer import _backend, _compat, _config
 from keras_transformer.positional import positional_encoding
 
 
-
 class Dropout(keras.layers.Dropout):
     """`keras.layers.Dropout` that draws its mask with ThreeFry under TensorFlow's XLA.
 

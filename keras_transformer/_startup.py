@@ -33,8 +33,8 @@ def is_command_line():
 
 def wanted():
     """Whether to quiet this start: the command line, and the user asked for nothing."""
-    return (is_command_line() and "--verbose" not in sys.argv
-            and "TF_CPP_MIN_LOG_LEVEL" not in os.environ)
+    verbose = any(arg.startswith("--verb") for arg in sys.argv[1:])  # argparse's abbreviations
+    return is_command_line() and not verbose and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
 
 
 @contextlib.contextmanager
@@ -44,8 +44,12 @@ def quiet():
         yield
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to hold back
+        yield
+        return
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         try:

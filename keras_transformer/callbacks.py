@@ -53,9 +53,13 @@ class Backup(keras.callbacks.Callback):
         try:
             with open(self.state_path, encoding="utf-8") as f:
                 state = json.load(f)
-            int(state["epoch"])
+            valid = (isinstance(state["epoch"], int) and isinstance(state["finished"], bool)
+                     and isinstance(state["weights"], str)
+                     and isinstance(state["seed_states"], list))
         except (ValueError, KeyError, TypeError) as error:
             raise InputError(f"{self.state_path}: not a training backup ({error!r})") from None
+        if not valid:
+            raise InputError(f"{self.state_path}: not a training backup ({state!r})")
         return state
 
     def restore(self, model):
@@ -227,17 +231,25 @@ class TimeBudget(keras.callbacks.Callback):
 
     The batch that is running finishes; the epoch ends early (validation and
     the epoch-end callbacks still run).
+
+    Args:
+        seconds: float. The budget.
+        min_steps: int. Never stop before this many training steps, however
+            slow the machine: what needs them (a check, a plot) gets them.
+            Defaults to `0`.
     """
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, min_steps=0):
         super().__init__()
         self.seconds = seconds
+        self.min_steps = _config.check_non_negative_int("min_steps", min_steps)
         self.stopped = False
 
     def on_train_begin(self, logs=None):
-        self._start = time.monotonic()
+        self._start, self._steps = time.monotonic(), 0
 
     def on_train_batch_end(self, batch, logs=None):
-        if time.monotonic() - self._start >= self.seconds:
+        self._steps += 1
+        if self._steps >= self.min_steps and time.monotonic() - self._start >= self.seconds:
             self.model.stop_training = True
             self.stopped = True

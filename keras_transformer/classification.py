@@ -22,6 +22,7 @@ from keras_transformer.config import ClassifyConfig, PretrainConfig
 from keras_transformer.data.bert import classification_dataset, mlm_dataset, pack_inputs
 from keras_transformer.errors import InputError
 from keras_transformer.harness import (
+    CONFIG_FILE,
     ModelDirectory,
     TrainingRun,
     log,
@@ -143,7 +144,7 @@ class TextClassifier:
                                                    {"tokenizer": VOCAB_FILE})
         labels = config.get("labels")
         if not isinstance(labels, list) or len(labels) != model.num_classes:
-            raise InputError(f"{model_dir.path('config.json')}: not a classifier "
+            raise InputError(f"{model_dir.path(CONFIG_FILE)}: not a classifier "
                              f"configuration (its labels do not fit a model of "
                              f"{model.num_classes} classes)")
         return cls(model, tokenizers["tokenizer"], labels)

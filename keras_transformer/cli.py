@@ -250,7 +250,7 @@ def _load_saved_model(directory, tags):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
 
-    from keras_transformer.harness import user_errors
+    from keras_transformer.errors import user_errors
 
     if not os.path.isdir(directory):
         raise InputError(f"{directory}: no such SavedModel directory")
@@ -426,7 +426,7 @@ def main(argv=None):
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:
-        if error.filename is None:  # not about a file of the user's: ours to fix
+        if error.errno is None and error.filename is None:  # not from the system: ours
             return _bug(parser, args)
         print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -1,9 +1,9 @@
 """The error for mistakes in what a user gives: arguments, option values, files.
 
-The command line reports an `InputError` (and an `OSError` about a file: a
-missing, unreadable or unwritable one, a full disk) in one line with exit
-status 2; any other exception is a bug in this package and is reported with
-its traceback and exit status 1.
+The command line reports an `InputError` (and an `OSError` from the system:
+a missing, unreadable or unwritable file, a full disk, a closed pipe) in one
+line with exit status 2; any other exception is a bug in this package and is
+reported with its traceback and exit status 1.
 It is a `ValueError`, so Python callers catch it as before. `user_errors`
 draws the line when a file is read: what the file makes Keras, h5py or the
 file system raise is the user's; what this package's own code raises is a bug.
@@ -36,6 +36,8 @@ class user_errors:  # noqa: N801 - used as a `with` statement, like a function
     def __exit__(self, kind, error, traceback):
         if error is None or isinstance(error, InputError) or not isinstance(error, Exception):
             return False
+        if isinstance(error, OSError) and error.errno is not None:
+            return False  # the system's word on the file (no permission, a full disk)
         if _raised_in_package(error, traceback.tb_next):
             return False
         raise InputError(f"{self.path}: {self.problem} ({error})") from error

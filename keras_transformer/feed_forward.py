@@ -10,7 +10,6 @@ import keras
 from keras_transformer import _config
 
 
-
 def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
     """Two dense layers applied to every position independently.
 

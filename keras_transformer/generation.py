@@ -25,6 +25,7 @@ draw of sampling).
 """
 
 import dataclasses
+import numbers
 
 import keras
 import numpy as np
@@ -110,6 +111,11 @@ class GenerateConfig:
     use_cache: bool = _option(True, "decode with the key/value cache", flag=False)
 
     def __post_init__(self):
+        for name in ("length_penalty", "mmi_weight", "temperature", "top_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"Received an invalid value for argument `{name}`, expected "
+                                 f"a number. Received: {name}={value!r}")
         _config.check_choice("method", self.method, METHODS)
         if self.max_length is not None:
             _config.check_positive_int("max_length", self.max_length)
@@ -170,7 +176,6 @@ class GenerateConfig:
     def options(self, **metadata):
         """`{name: value}` of the fields `fields(**metadata)` selects."""
         return {field.name: getattr(self, field.name) for field in self.fields(**metadata)}
-
 
 
 def resolve_jit_compile(jit_compile, method):

@@ -25,6 +25,7 @@ import sys
 import keras
 import numpy as np
 
+from keras_transformer._config import TOKENIZERS
 from keras_transformer._files import atomic_path, write_text
 from keras_transformer.callbacks import Backup, BestWeights, EarlyStopping, TimeBudget
 from keras_transformer.errors import InputError, user_errors
@@ -77,11 +78,13 @@ def read_history(path):
     """
     if not os.path.isfile(path):
         return {}
-    with user_errors(path, "not a training history"), open(path, newline="",
-                                                            encoding="utf-8") as f:
-        rows = list({row.get("epoch"): row for row in csv.DictReader(f)}.values())
-        return {key: [float(row[key]) for row in rows if row.get(key) not in (None, "")]
-                for key in (rows[0] if rows else {})}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list({row.get("epoch"): row for row in csv.DictReader(f)}.values())
+            return {key: [float(row[key]) for row in rows if row.get(key) not in (None, "")]
+                    for key in (rows[0] if rows else {})}
+    except (ValueError, csv.Error) as error:  # a number or a line that cannot be read
+        raise InputError(f"{path}: not a training history ({error})") from None
 
 
 def read_json(path):
@@ -104,8 +107,10 @@ class ModelDirectory:
                         what the recipe records (labels, training options)
 
     Every file is written under a temporary name and renamed into place
-    (`_files.atomic_path`), `config.json` last: an interrupted save leaves the
-    files of the previous save whole and loadable.
+    (`_files.atomic_path`): the model first, `config.json` last. A save
+    interrupted while it writes the model (the file that takes long) leaves
+    the files of the previous save whole and loadable; no file is ever left
+    half-written.
 
     Args:
         path: str. The directory.
@@ -173,10 +178,13 @@ class ModelDirectory:
                                  f"{key!r} entry)")
             options = dict(options)
             vocabulary = self.path(str(options.pop("vocabulary", default_file)))
+            if (options.get("kind") not in TOKENIZERS or set(options) - {"kind", "lower_case"}
+                    or not isinstance(options.get("lower_case", True), bool)):
+                raise InputError(f"{config_path}: not a {self.kind} configuration (its {key!r} "
+                                 f"entry is {config[key]!r})")
             if not os.path.isfile(vocabulary):
                 raise InputError(f"{vocabulary}: no such file")
-            with user_errors(config_path, f"not a {self.kind} configuration"):
-                loaded[key] = tokenizer_from_config(options, load_vocabulary(vocabulary))
+            loaded[key] = tokenizer_from_config(options, load_vocabulary(vocabulary))
         model_path = self.path(str(config.get("model", MODEL_FILE)))
         if not os.path.isfile(model_path):
             raise InputError(f"{model_path}: no such file")

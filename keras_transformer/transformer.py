@@ -262,15 +262,12 @@ class Transformer(_backend.TrainerMixin, keras.Model):
         >>> keras.backend.standardize_dtype(tokens.dtype), tokens.shape[0], tokens.shape[1] <= 8
         ('int32', 1, True)
         """
-        try:
-            config = generation.GenerateConfig(max_length=max_length, **options)
-        except TypeError:
-            unknown = sorted(set(options) - {f.name for f in generation.GenerateConfig.fields()})
-            raise TypeError(
-                f"generate() got unexpected keyword argument(s) {unknown}; its options are "
-                f"the fields of GenerateConfig: "
-                f"{[f.name for f in generation.GenerateConfig.fields()]}"
-            ) from None
+        names = [field.name for field in generation.GenerateConfig.fields()]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise TypeError(f"generate() got unexpected keyword argument(s) {unknown}; its "
+                            f"options are the fields of GenerateConfig: {names}")
+        config = generation.GenerateConfig(max_length=max_length, **options)
         max_length = config.max_length or self.maximum_position_encoding
         if max_length > self.maximum_position_encoding:
             raise ValueError(

@@ -3,6 +3,7 @@ format checked, and the error contract of every command: a user's mistake is
 one line and exit status 2, a bug of ours its traceback, the bug line and 1;
 and the first line a user reads is ours."""
 
+import errno
 import json
 import os
 import re
@@ -109,6 +110,19 @@ def test_the_format_version_of_a_model_directory_is_checked(version, tmp_path):
         kt.Translator.load(str(directory))
 
 
+@pytest.mark.parametrize("entry", [{"kind": "bpe"}, {"lower_case": True}, 3,
+                                   {"kind": "word", "casing": "lower"}])
+def test_a_damaged_tokenizer_entry_is_named(entry, tmp_path):
+    directory = tmp_path / "model"
+    save_translator(str(directory))
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps(dict(config, source_tokenizer=entry)),
+                                           encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(str(directory / "config.json"))
+                       + ".*'source_tokenizer'"):
+        kt.Translator.load(str(directory))
+
+
 def test_a_classifier_written_before_format_versions_loads(tmp_path):
     directory = tmp_path / "clf"
     outputs, _ = save_classifier(str(directory))
@@ -161,20 +175,38 @@ class AfterEpoch(keras.callbacks.Callback):
             self.action()
 
 
-def test_a_bug_of_ours_while_resuming_is_not_reported_as_a_damaged_backup(tmp_path,
-                                                                         monkeypatch):
+def interrupted_run(out):
+    """A `train` run in `out` interrupted after its second epoch: its arguments."""
     pairs = [(text, text) for text in TEXTS] * 8
-    tiny = dict(SIZES, tokenizer="word", max_length=8, batch_size=8, verbose=0)
-    out = str(tmp_path / "run")
+    arguments = dict(SIZES, tokenizer="word", max_length=8, batch_size=8, verbose=0,
+                     epochs=3, train_pairs=pairs, valid_pairs=pairs, out_dir=str(out))
 
     def interrupt(*args):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        kt.train(pairs, out, pairs, epochs=3, callbacks=[AfterEpoch(1, interrupt)], **tiny)
+        kt.train(**arguments, callbacks=[AfterEpoch(1, interrupt)])
+    return arguments
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("backup/state.json", '{"epoch": 1}'),
+    ("backup/state.json", '{"epoch": 1, "finished": false, "weights": 3, "seed_states": []}'),
+    ("history.csv", "epoch,loss\n0,not a number\n"),
+])
+def test_a_damaged_file_of_an_interrupted_run_is_named(name, content, tmp_path):
+    arguments = interrupted_run(tmp_path / "run")
+    (tmp_path / "run" / name).write_text(content, encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(str(tmp_path / "run" / name))):
+        kt.train(**arguments)
+
+
+def test_a_bug_of_ours_while_resuming_is_not_reported_as_a_damaged_backup(tmp_path,
+                                                                         monkeypatch):
+    arguments = interrupted_run(tmp_path / "run")
     monkeypatch.setattr("keras_transformer._compat.seed_states", simulated_bug)
     with pytest.raises(RuntimeError, match="simulated bug"):
-        kt.train(pairs, out, pairs, epochs=3, **tiny)
+        kt.train(**arguments)
 
 
 # --- the command line -----------------------------------------------------------------
@@ -278,11 +310,22 @@ def test_every_command_reports_a_mistake_in_one_line(name, mistake, message, mod
     assert len(lines) == 1 and "Traceback" not in err and message in lines[0], err
 
 
-def test_an_os_error_about_no_file_is_ours(model_dirs, capsys, monkeypatch):
+def raising(error):
+    def raise_it(*args, **kwargs):
+        raise error
+
+    return raise_it
+
+
+def test_an_os_error_is_the_users_when_the_system_raised_it(model_dirs, capsys, monkeypatch):
     monkeypatch.setattr("keras_transformer.translator.Translator.translate",
-                        lambda *args, **kwargs: (_ for _ in ()).throw(OSError("no file")))
+                        raising(OSError("not from the system")))
     status, err = run(command("translate", model_dirs), capsys, monkeypatch)
     assert status == 1 and "Traceback" in err
+    monkeypatch.setattr("keras_transformer.translator.Translator.translate",
+                        raising(OSError(errno.ENOSPC, "No space left on device")))
+    status, err = run(command("translate", model_dirs), capsys, monkeypatch)
+    assert status == 2 and "No space left on device" in err and "Traceback" not in err
     monkeypatch.setattr("keras_transformer.translator.Translator.translate",
                         lambda *args, **kwargs: open(model_dirs / "missing.txt"))
     status, err = run(command("translate", model_dirs), capsys, monkeypatch)
