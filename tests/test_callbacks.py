@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.callbacks import BestWeights, EarlyStopping, EpochScores
+from keras_transformer.callbacks import BestWeights, EarlyStopping, EpochScores, TimeBudget
 
 
 class Model:
@@ -79,3 +79,16 @@ def test_epoch_scores_reach_the_callbacks_after_it():
     scores.set_model(keras.Sequential())
     scores.on_epoch_end(0, logs)
     assert logs == {"loss": 1.0, "val_chrf": 12.5, "val_bleu": 3.0}
+
+
+def test_a_time_budget_stops_after_its_seconds_but_not_before_its_steps():
+    model = Model()
+    budget = TimeBudget(0, min_steps=3)
+    budget.set_model(model)
+    budget.on_train_begin()
+    for step in range(3):
+        assert not model.stop_training
+        budget.on_train_batch_end(step)
+    assert model.stop_training and budget.stopped
+    with pytest.raises(ValueError, match="min_steps"):
+        TimeBudget(1, min_steps=-1)
