@@ -97,30 +97,29 @@ def test_an_interrupted_save_leaves_the_previous_model_directory_whole(kind, tmp
     np.testing.assert_array_equal(np.asarray(outputs()), np.asarray(before))
 
 
+def translator_with_config(directory, **entries):
+    """A saved translator whose `config.json` has `entries` changed: its config path."""
+    save_translator(str(directory))
+    path = directory / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(dict(config, **entries)), encoding="utf-8")
+    return re.escape(str(path))
+
+
 @pytest.mark.parametrize("version", [FORMAT_VERSION + 1, "1", -1])
 def test_the_format_version_of_a_model_directory_is_checked(version, tmp_path):
-    directory = tmp_path / "model"
-    save_translator(str(directory))
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    (directory / "config.json").write_text(json.dumps(dict(config, format_version=version)),
-                                           encoding="utf-8")
+    path = translator_with_config(tmp_path / "model", format_version=version)
     message = "newer keras-transformer" if version == FORMAT_VERSION + 1 else "format_version"
-    with pytest.raises(InputError, match=re.escape(str(directory / "config.json")) + ".*"
-                       + message):
-        kt.Translator.load(str(directory))
+    with pytest.raises(InputError, match=f"{path}.*{message}"):
+        kt.Translator.load(str(tmp_path / "model"))
 
 
 @pytest.mark.parametrize("entry", [{"kind": "bpe"}, {"lower_case": True}, 3,
                                    {"kind": "word", "casing": "lower"}])
 def test_a_damaged_tokenizer_entry_is_named(entry, tmp_path):
-    directory = tmp_path / "model"
-    save_translator(str(directory))
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    (directory / "config.json").write_text(json.dumps(dict(config, source_tokenizer=entry)),
-                                           encoding="utf-8")
-    with pytest.raises(InputError, match=re.escape(str(directory / "config.json"))
-                       + ".*'source_tokenizer'"):
-        kt.Translator.load(str(directory))
+    path = translator_with_config(tmp_path / "model", source_tokenizer=entry)
+    with pytest.raises(InputError, match=f"{path}.*'source_tokenizer'"):
+        kt.Translator.load(str(tmp_path / "model"))
 
 
 def test_a_classifier_written_before_format_versions_loads(tmp_path):
