@@ -9,10 +9,10 @@
 - `ModelDirectory`: a trained model with its tokenizers and `config.json`,
   each file written atomically, read back with its format version checked.
 
-Reading a file goes through `errors.user_errors`: the one mapping of "this
-file is damaged" to an `InputError` (a user's mistake: exit status 2 on the
-command line) that leaves this package's own bugs alone (traceback, exit
-status 1).
+Loading a model, its best weights or a backup goes through
+`errors.user_errors`: the one mapping of "this file is damaged" to an
+`InputError` (a user's mistake: exit status 2 on the command line) that
+leaves this package's own bugs alone (traceback, exit status 1).
 """
 
 import csv
