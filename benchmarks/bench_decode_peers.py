@@ -1,7 +1,7 @@
 """Decoding speed against CTranslate2 and Hugging Face transformers, same weights.
 
     pip install ".[bench]"
-    python benchmarks/bench_decode_peers.py [--repeats 5] [--sentences 8]
+    python benchmarks/bench_decode_peers.py [--repeats 5] [--sentences 8] [--isa AVX2]
 
 The tutorial's configuration (2 layers, d_model 512, 8 heads, dff 2048,
 vocabulary 8000), random weights, source length 25, exactly 24 new tokens
@@ -12,6 +12,10 @@ each. Every implementation runs in its own process:
 - `ours`: `Transformer.generate` with default arguments (XLA), and with
   `jit_compile=False` (a TensorFlow graph); both again on `serving_copy("bfloat16")`
   (weights stored in bfloat16; its share of rows equal to float32's is printed);
+  the defaults under XLA:CPU's older runtime (`XLA_FLAGS=
+  --xla_cpu_use_thunk_runtime=false`), and with every one-row product fused
+  with its bias add as before `_backend.apart_from_bias` (`bias fused`); the
+  tokens of both are asserted equal to the defaults';
 - `savedmodel`: our model exported with `export_saved_model` (greedy, and
   beam 4), loaded with `tf.saved_model.load` and called on strings (a word
   tokenizer whose ids are the model's); its tokens are asserted equal to ours;
@@ -26,16 +30,25 @@ each. Every implementation runs in its own process:
 
 CTranslate2 and PyTorch use GNU OpenMP, whose spinning threads slow down when
 anything else runs on the cores; each peer runs with `OMP_WAIT_POLICY` PASSIVE
-and ACTIVE and the better is kept. Figures: batch 1 greedy and beam 4 in
+and ACTIVE, CTranslate2 also with oneDNN capped at AVX2
+(`ONEDNN_MAX_CPU_ISA`; faster on this project's AMD EPYC), and the best is
+kept case by case. Figures: batch 1 greedy and beam 4 in
 ms/token (each of `--sentences` sources decoded alone), batch 64 greedy in
 sentences/s; each the best of `--repeats` runs.
+
+`--isa AVX2` runs every worker as on a CPU without AVX-512: XLA:CPU, oneDNN,
+MKL and CTranslate2 are told to generate or pick AVX2 code at most
+(`--xla_cpu_max_isa`, `ONEDNN_MAX_CPU_ISA`, `MKL_ENABLE_INSTRUCTIONS`,
+`CT2_FORCE_CPU_ISA`). It emulates the instruction set only: the caches and the
+memory bandwidth stay this machine's. The first line printed names the machine:
+CPU model, vector extensions, cores, threads and library versions. The
+`bf16 graph` row is left out under `--isa AVX2`: TensorFlow still sees
+AVX-512 BF16 and picks oneDNN's bfloat16 matmul, which oneDNN then refuses.
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,6 +57,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+from machine import describe  # noqa: E402
 
 VOCAB, SRC_LEN, NEW_TOKENS, THREADS = 8000, 25, 24, 2
 CONFIG = dict(num_layers=2, d_model=512, num_heads=8, dff=2048)
@@ -51,6 +65,22 @@ CASES = (("greedy", 1), ("beam", 1), ("greedy", 64))
 BEAM = 4
 # Token i is spelled "t<i>" (the special tokens as ours), for peers that read strings.
 VOCABULARY = ["<PAD>", "<SOS>", "<END>", "<UNK>"] + [f"t{i}" for i in range(4, VOCAB)]
+PACKAGES = ("tensorflow", "keras", "ctranslate2", "torch", "transformers")
+LEGACY_RUNTIME = "--xla_cpu_use_thunk_runtime=false"
+
+
+def with_xla_flags(env, *flags):
+    """`env` with `flags` appended to its `XLA_FLAGS` (or to this process's)."""
+    current = env.get("XLA_FLAGS", os.environ.get("XLA_FLAGS"))
+    return {**env, "XLA_FLAGS": " ".join(filter(None, (current, *flags)))}
+
+
+def isa_env(isa):
+    """The environment that caps every library's code at `isa` ("native": none)."""
+    if isa == "native":
+        return {}
+    return with_xla_flags({"ONEDNN_MAX_CPU_ISA": isa, "MKL_ENABLE_INSTRUCTIONS": isa,
+                           "CT2_FORCE_CPU_ISA": isa}, f"--xla_cpu_max_isa={isa}")
 
 
 def best_seconds(fn, repeats):
@@ -116,6 +146,10 @@ def worker_ours(model_path, variant, sentences, repeats):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(THREADS)
+    if variant == "bias fused":  # as before `_backend.apart_from_bias`
+        from keras_transformer import _backend
+
+        _backend.apart_from_bias = lambda product: product
     model = load_ours(model_path)
     if variant.startswith("bf16"):
         model = model.serving_copy("bfloat16")
@@ -295,6 +329,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=8)
+    parser.add_argument("--isa", choices=("native", "AVX2"), default="native",
+                        help="cap the code every library generates (see the docstring)")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -317,45 +353,59 @@ def main(argv=None):
         print(json.dumps({"figures": figures, "tokens": tokens}))
         return
 
-    print(f"# {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, "
+    env = isa_env(args.isa)
+    print(f"# {describe(PACKAGES)}", flush=True)
+    print(f"# instruction set: {args.isa}{'' if args.isa == 'native' else ' (emulated)'}; "
           f"{THREADS} threads each; source length {SRC_LEN}, {NEW_TOKENS} new tokens, "
           f"vocabulary {VOCAB}, beam {BEAM}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         model_path = os.path.join(tmp, "model.keras")
         run_worker(["build", model_path])
         rows = {}
-        for variant in ("default", "graph", "bf16", "bf16 graph"):
-            rows[f"ours ({variant})"] = run_worker(["ours", model_path, variant])
+        variants = ["default", "graph", "bf16", "bf16 graph", "legacy runtime", "bias fused"]
+        if args.isa != "native":
+            variants.remove("bf16 graph")
+        for variant in variants:
+            variant_env = with_xla_flags(env, LEGACY_RUNTIME) if "legacy" in variant else env
+            rows[f"ours ({variant})"] = run_worker(["ours", model_path, variant], variant_env)
             print(f"ours ({variant}): {rows[f'ours ({variant})']['figures']}", flush=True)
-        rows["ours SavedModel"] = run_worker(["savedmodel", model_path])
+        rows["ours SavedModel"] = run_worker(["savedmodel", model_path], env)
         print(f"ours SavedModel: {rows['ours SavedModel']['figures']}", flush=True)
         ct2_dir = os.path.join(tmp, "ct2")
         run_worker(["convert", model_path, ct2_dir])
+        # CTranslate2's matrix products are oneDNN's, whose AVX-512 kernels
+        # are the slower ones on some AVX-512 CPUs: it also runs capped at AVX2.
+        onednn_caps = ("native", "AVX2") if args.isa == "native" else (args.isa,)
         for compute_type in ("float32", "int8"):
             for policy in ("PASSIVE", "ACTIVE"):
-                row = run_worker(["ctranslate2", ct2_dir, compute_type],
-                                 env={"OMP_WAIT_POLICY": policy})
-                print(f"ctranslate2 {compute_type} {policy}: {row['figures']}", flush=True)
-                rows.setdefault(f"ctranslate2 {compute_type}", []).append(row)
+                for cap in onednn_caps:
+                    peer_env = {**env, "OMP_WAIT_POLICY": policy}
+                    if cap != "native":
+                        peer_env["ONEDNN_MAX_CPU_ISA"] = cap
+                    row = run_worker(["ctranslate2", ct2_dir, compute_type], peer_env)
+                    print(f"ctranslate2 {compute_type} {policy} oneDNN {cap}: {row['figures']}",
+                          flush=True)
+                    rows.setdefault(f"ctranslate2 {compute_type}", []).append(row)
         for policy in ("PASSIVE", "ACTIVE"):
-            row = run_worker(["marian"], env={"OMP_WAIT_POLICY": policy})
+            row = run_worker(["marian"], env={**env, "OMP_WAIT_POLICY": policy})
             print(f"marian {policy}: {row['figures']}", flush=True)
             rows.setdefault("marian", []).append(row)
-        floor = run_worker(["floor", model_path])["figures"]
+        floor = run_worker(["floor", model_path], env)["figures"]
 
     for name, runs in rows.items():
-        if isinstance(runs, list):  # the better OMP_WAIT_POLICY, case by case
+        if isinstance(runs, list):  # the best OMP_WAIT_POLICY (and oneDNN cap), case by case
             rows[name] = {"tokens": runs[0]["tokens"], "figures": {
                 key: (max if key.endswith("b64") else min)(r["figures"][key] for r in runs)
                 for key in runs[0]["figures"]}}
     reference = rows["ours (default)"]["tokens"]
-    for name in ("ours (graph)", "ours SavedModel", "ctranslate2 float32"):
+    for name in ("ours (graph)", "ours (legacy runtime)", "ours (bias fused)",
+                 "ours SavedModel", "ctranslate2 float32"):
         for key, tokens in rows[name]["tokens"].items():
             if tokens != reference[key]:
                 raise AssertionError(f"{name} {key}: tokens differ from ours (default)")
-    print("\ntokens: ours (graph), ours SavedModel and ctranslate2 float32 equal ours (default) "
-          "in every case")
-    for name in ("ours (bf16)", "ours (bf16 graph)"):
+    print("\ntokens: ours (graph), ours (legacy runtime), ours (bias fused), ours SavedModel "
+          "and ctranslate2 float32 equal ours (default) in every case")
+    for name in ("ours (bf16)", "ours (bf16 graph)")[:1 if args.isa != "native" else 2]:
         rows_equal = [np.mean([a == b for a, b in zip(rows[name]["tokens"][key], tokens)])
                       for key, tokens in reference.items()]
         print(f"{name}: {np.mean(rows_equal):.3f} of the rows equal ours (default)'s")

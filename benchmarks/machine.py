@@ -1,30 +1,56 @@
 """The machine a benchmark ran on, printed at its top: ratios can invert across CPUs."""
 
 import datetime
+import importlib.metadata
 import os
 import platform
 
+# /proc/cpuinfo flag -> the name RESULTS.md uses, for the extensions that decide
+# which kernels XLA, oneDNN and CTranslate2 pick.
+EXTENSIONS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI",
+              "avx512_bf16": "AVX-512 BF16", "amx_tile": "AMX"}
+
 
 def cpu_model_and_flags():
-    """`(model name, vector extensions present)` from /proc/cpuinfo (Linux)."""
-    model, flags = platform.processor() or platform.machine(), set()
+    """`(model name, vector extensions present, cores, hardware threads)` from /proc/cpuinfo."""
+    model, flags, cores = platform.processor() or platform.machine(), set(), None
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name":
+                key = key.strip()
+                if key == "model name":
                     model = value.strip()
-                elif key.strip() == "flags":
+                elif key == "flags":
                     flags = set(value.split())
+                elif key == "cpu cores":
+                    cores = int(value)
     except OSError:
         pass
-    names = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16",
-             "amx_tile": "AMX"}
-    return model, [name for flag, name in names.items() if flag in flags]
+    extensions = [name for flag, name in EXTENSIONS.items() if flag in flags]
+    threads = os.cpu_count()
+    return model, extensions, cores or threads, threads
 
 
-def describe():
-    """One line: date, CPU model, its vector extensions, cores."""
-    model, extensions = cpu_model_and_flags()
-    return (f"{datetime.date.today()}; {model} ({', '.join(extensions) or 'no AVX2'}), "
-            f"{os.cpu_count()} cores, {platform.machine()}")
+def versions(packages):
+    """`"name version, ..."` for the installed `packages` (distribution names)."""
+    found = []
+    for name in packages:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return ", ".join(found)
+
+
+def describe(packages=()):
+    """One line: date, CPU model, its vector extensions, cores and threads, the
+    versions of `packages`, and `XLA_FLAGS` when set."""
+    model, extensions, cores, threads = cpu_model_and_flags()
+    line = (f"{datetime.date.today()}; {model} ({', '.join(extensions) or 'no AVX2'}), "
+            f"{cores} cores, {threads} threads, {platform.machine()}")
+    if packages:
+        line += f"; {versions(packages)}"
+    if os.environ.get("XLA_FLAGS"):
+        line += f"; XLA_FLAGS={os.environ['XLA_FLAGS']}"
+    return line

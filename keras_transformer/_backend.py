@@ -14,11 +14,14 @@ it is the backend, so the core runs where TensorFlow is not installed.
   (eager, or `torch.compile` on request).
 - `stateless_categorical`: a draw that depends only on `(seed, step)`.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
+- `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
 - `replica_token_count`: the token count of the whole global batch under a
   `tf.distribute` strategy.
 - `TrainerMixin`: TensorFlow's multi-worker `fit` workaround, nothing
   elsewhere.
 """
+
+import math
 
 import keras
 import numpy as np
@@ -115,6 +118,23 @@ def stateless_categorical(logits, seed, step):
 def in_xla_context():
     """Whether the ops created now will be compiled by XLA:CPU's TensorFlow bridge."""
     return BACKEND == "tensorflow" and _compat.in_xla_context()
+
+
+def apart_from_bias(product):
+    """`product`, a matrix product about to get its bias added, kept out of
+    one fusion with that addition where this is faster.
+
+    Under XLA:CPU (TensorFlow, `jit_compile=True`, no GPU) a one-row product
+    fused with the bias add that follows it is emitted as a loop that reads
+    the kernel 1.2-1.3x slower than the product alone, which is most of a
+    batch-1 decoding step (benchmarks/RESULTS.md). With more rows the fusion
+    is as fast or faster, so it is kept; so it is on the other backends.
+    """
+    rows = product.shape[:-1]
+    if (None not in rows and math.prod(rows) == 1 and in_xla_context()
+            and not tf.config.list_logical_devices("GPU")):
+        return _compat.optimization_barrier(product)
+    return product
 
 
 def xla_dropout(inputs, rate, seed_generator):

@@ -64,6 +64,20 @@ def in_xla_context():
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
+def optimization_barrier(x):
+    """`x`, kept by XLA out of any fusion with the ops that produce or read it.
+
+    TensorFlow has no public op for XLA's `opt-barrier`; tf2xla's Python
+    wrapper (`tensorflow/compiler/tf2xla/python/xla.py`, used by TensorFlow's
+    own tests) is the one way to emit it. Only inside a `jit_compile=True`
+    function.
+    """
+    from tensorflow.compiler.tf2xla.python import xla
+
+    (x,) = xla.optimization_barrier(x)
+    return x
+
+
 class MultiWorkerFit:
     """Mixin for a `keras.Model` trained with `fit` under MultiWorkerMirroredStrategy.
 

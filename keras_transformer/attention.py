@@ -21,6 +21,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _config
+from keras_transformer._stack import Dense
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
 
@@ -116,10 +117,10 @@ class MultiHeadAttention(keras.layers.Layer):
         # input (e.g. the `Encoder` output) is neither used nor propagated.
         self.supports_masking = True
 
-        self.wq = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="wq")
-        self.wk = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="wk")
-        self.wv = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="wv")
-        self.dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="dense")
+        self.wq = Dense(d_model, dtype=self.dtype_policy, name="wq")
+        self.wk = Dense(d_model, dtype=self.dtype_policy, name="wk")
+        self.wv = Dense(d_model, dtype=self.dtype_policy, name="wv")
+        self.dense = Dense(d_model, dtype=self.dtype_policy, name="dense")
 
     def build(self, input_shape):
         self.wq.build(input_shape)

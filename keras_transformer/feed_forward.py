@@ -8,6 +8,7 @@ Runs on every Keras backend.
 import keras
 
 from keras_transformer import _config
+from keras_transformer._stack import Dense
 
 
 def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
@@ -36,8 +37,8 @@ def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):
     dtype = kwargs.pop("dtype", None)
     return keras.Sequential(
         [
-            keras.layers.Dense(dff, activation=activation, dtype=dtype),  # (B, T, dff)
-            keras.layers.Dense(d_model, dtype=dtype),  # (B, T, d_model)
+            Dense(dff, activation=activation, dtype=dtype),  # (B, T, dff)
+            Dense(d_model, dtype=dtype),  # (B, T, d_model)
         ],
         name=kwargs.get("name"),
         trainable=kwargs.get("trainable", True),

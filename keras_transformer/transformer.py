@@ -14,7 +14,7 @@ import keras
 from keras import ops
 
 from keras_transformer import _backend, _config, generation
-from keras_transformer._stack import TransformerStack
+from keras_transformer._stack import Dense, TransformerStack
 from keras_transformer.decoder import Decoder
 from keras_transformer.encoder import Encoder
 from keras_transformer.masking import create_masks, create_padding_mask
@@ -153,7 +153,7 @@ class Transformer(_backend.TrainerMixin, keras.Model):
                 shared, dtype=self.dtype_policy, name="final_layer"
             )
         else:
-            self.final_layer = keras.layers.Dense(
+            self.final_layer = Dense(
                 target_vocab_size, dtype=self.dtype_policy, name="final_layer"
             )
         # One compiled decoding loop per (method, static options); kept out of

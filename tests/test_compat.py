@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from conftest import run_two_workers
 from keras_transformer import _compat
+from keras_transformer._stack import Dense
 
 
 def test_xla_context_is_detected_inside_jit_compiled_functions_only():
@@ -24,6 +25,29 @@ def test_xla_context_is_detected_inside_jit_compiled_functions_only():
     tf.function(lambda: probe("xla"), jit_compile=True)()
     tf.function(lambda: tf.function(lambda: probe("nested xla"))(), jit_compile=True)()
     assert seen == {"eager": False, "graph": False, "xla": True, "nested xla": True}
+
+
+def one_row_dense_hlo(layer):
+    """The optimized XLA:CPU HLO of `layer` (512 -> 2048) on one row."""
+    layer.build((1, 512))
+    compiled = tf.function(lambda x: layer(x), jit_compile=True)
+    return compiled.experimental_get_compiler_ir(tf.ones((1, 512)))(stage="optimized_hlo")
+
+
+def fused_dots(hlo):
+    """The fusions of `hlo` whose fused computation holds a `dot`."""
+    computations = hlo.split("\n\n")
+    with_dot = {c.split()[0].lstrip("%") for c in computations if " dot(" in c}
+    return [line for line in hlo.splitlines()
+            if " fusion(" in line and line.split("calls=%")[-1].split(",")[0] in with_dot]
+
+
+def test_xla_still_fuses_a_one_row_product_with_its_bias_unless_kept_apart():
+    """`_backend.apart_from_bias` exists because XLA:CPU fuses a one-row
+    product into its bias add's loop, which reads the kernel more slowly
+    (benchmarks/RESULTS.md). When XLA stops fusing it, the barrier can go."""
+    assert fused_dots(one_row_dense_hlo(keras.layers.Dense(2048)))
+    assert not fused_dots(one_row_dense_hlo(Dense(2048)))
 
 
 def test_the_overridden_keras_method_still_exists_with_its_signature():
