@@ -21,7 +21,6 @@ Usage: python benchmarks/bench_generate.py [--repeats 3]
 
 import argparse
 import os
-import platform
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -34,6 +33,7 @@ import keras_transformer as kt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_decode_peers import best_seconds  # noqa: E402
+from machine import describe  # noqa: E402
 
 VOCAB, SRC_LEN, NEW_TOKENS = 8000, 25, 24
 
@@ -76,8 +76,7 @@ def main():
     args = parser.parse_args()
     reps = args.repeats
     model = build_model(maximum_position_encoding=NEW_TOKENS + 1)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, TF {tf.__version__}, "
-          f"Keras {keras.__version__}")
+    print(f"machine: {describe(('tensorflow', 'keras'))}")
     print(f"source length {SRC_LEN}, {NEW_TOKENS} new tokens, vocabulary {VOCAB}")
     print("| method | batch | ms/token | sentences/s |")
     print("|---|---|---|---|")

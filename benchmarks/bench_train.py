@@ -22,7 +22,6 @@ Usage: python benchmarks/bench_train.py [--steps 20] [--modes xla,no-xla,auto]
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -34,6 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from flops import train_step_flops  # noqa: E402
+from machine import describe  # noqa: E402
 from tutorial_reference import TutorialTransformer  # noqa: E402
 
 CONFIG = dict(num_layers=2, d_model=512, num_heads=8, dff=2048, vocab=8000, seq=25, batch=64)
@@ -106,8 +106,7 @@ def main():
     cfg = CONFIG
     step_flops = train_step_flops(cfg)
     peak = matmul_peak_gflops()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"TF {tf.__version__}, Keras {keras.__version__}")
+    print(f"machine: {describe(('tensorflow', 'keras'))}")
     print(f"config: {cfg}; {step_flops / 1e9:.1f} GFLOP per training step")
     print(f"fp32 matmul peak (2048^3): {peak:.1f} GFLOP/s")
     print("| model | mode | jit_compile | ms/step | target tokens/s | model GFLOP/s | MFU |")

@@ -13,23 +13,25 @@ EXTENSIONS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI
 
 def cpu_model_and_flags():
     """`(model name, vector extensions present, cores, hardware threads)` from /proc/cpuinfo."""
-    model, flags, cores = platform.processor() or platform.machine(), set(), None
+    model, flags, cores, socket = platform.processor() or platform.machine(), set(), set(), ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                key = key.strip()
+                key, value = key.strip(), value.strip()
                 if key == "model name":
-                    model = value.strip()
+                    model = value
                 elif key == "flags":
                     flags = set(value.split())
-                elif key == "cpu cores":
-                    cores = int(value)
+                elif key == "physical id":
+                    socket = value
+                elif key == "core id":
+                    cores.add((socket, value))
     except OSError:
         pass
     extensions = [name for flag, name in EXTENSIONS.items() if flag in flags]
     threads = os.cpu_count()
-    return model, extensions, cores or threads, threads
+    return model, extensions, len(cores) or threads, threads
 
 
 def versions(packages):

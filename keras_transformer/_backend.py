@@ -128,11 +128,13 @@ def apart_from_bias(product):
     fused with the bias add that follows it is emitted as a loop that reads
     the kernel 1.2-1.3x slower than the product alone, which is most of a
     batch-1 decoding step (benchmarks/RESULTS.md). With more rows the fusion
-    is as fast or faster, so it is kept; so it is on the other backends.
+    is as fast or faster, so it is kept; so it is on the other backends, and
+    in an exported SavedModel, whose batch size is unknown when it is traced.
     """
+    if not in_xla_context() or len(product.shape) < 2:
+        return product
     rows = product.shape[:-1]
-    if (None not in rows and math.prod(rows) == 1 and in_xla_context()
-            and not tf.config.list_logical_devices("GPU")):
+    if None not in rows and math.prod(rows) == 1 and not tf.config.list_logical_devices("GPU"):
         return _compat.optimization_barrier(product)
     return product
 

@@ -69,13 +69,24 @@ def optimization_barrier(x):
 
     TensorFlow has no public op for XLA's `opt-barrier`; tf2xla's Python
     wrapper (`tensorflow/compiler/tf2xla/python/xla.py`, used by TensorFlow's
-    own tests) is the one way to emit it. Only inside a `jit_compile=True`
-    function.
+    own tests) is the one way to emit it. It has no registered gradient, so
+    the gradient passes through unchanged here. Only inside a
+    `jit_compile=True` function; `x` itself if a TensorFlow release moves the
+    wrapper (only the speed is lost; the test fails).
     """
-    from tensorflow.compiler.tf2xla.python import xla
+    import tensorflow as tf
 
-    (x,) = xla.optimization_barrier(x)
-    return x
+    try:
+        from tensorflow.compiler.tf2xla.python.xla import optimization_barrier as barrier
+    except ImportError:
+        return x
+
+    @tf.custom_gradient
+    def kept_apart(value):
+        (value,) = barrier(value)
+        return value, lambda upstream: upstream
+
+    return kept_apart(x)
 
 
 class MultiWorkerFit:

@@ -41,7 +41,9 @@ class Dense(keras.layers.Dense):
     """`keras.layers.Dense`, with its one-row product kept apart from the bias
     add under TensorFlow's XLA:CPU, where that is faster (`_backend.apart_from_bias`:
     batch-1 decoding). Elsewhere, and on the JAX and PyTorch backends, this is
-    exactly the Keras layer; a quantized layer runs Keras' own `quantized_call`.
+    exactly the Keras layer (`call` is Keras 3.15's with the one line added);
+    `quantize` quantizes it as a `keras.layers.Dense`, and a quantized layer
+    runs Keras' own `quantized_call`.
     """
 
     def call(self, inputs, training=None):
@@ -51,6 +53,11 @@ class Dense(keras.layers.Dense):
         if self.activation is not None:
             x = self.activation(x)
         return x
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras' `Dense.quantize` refuses subclasses (`type_check`); this one
+        # only changes the float path.
+        return super().quantize(mode, type_check=False, config=config)
 
 
 def layer_norm(dtype_policy, name):

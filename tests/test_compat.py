@@ -42,12 +42,46 @@ def fused_dots(hlo):
             if " fusion(" in line and line.split("calls=%")[-1].split(",")[0] in with_dot]
 
 
+@pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")), reason="XLA:CPU's fusion")
 def test_xla_still_fuses_a_one_row_product_with_its_bias_unless_kept_apart():
     """`_backend.apart_from_bias` exists because XLA:CPU fuses a one-row
     product into its bias add's loop, which reads the kernel more slowly
-    (benchmarks/RESULTS.md). When XLA stops fusing it, the barrier can go."""
+    (benchmarks/RESULTS.md). When XLA stops fusing it, the barrier can go;
+    when TensorFlow moves tf2xla's wrapper, `optimization_barrier` must follow."""
+    from tensorflow.compiler.tf2xla.python.xla import optimization_barrier  # noqa: F401
+
     assert fused_dots(one_row_dense_hlo(keras.layers.Dense(2048)))
     assert not fused_dots(one_row_dense_hlo(Dense(2048)))
+
+
+def test_a_product_kept_apart_from_its_bias_trains_like_keras_dense():
+    # The barrier has no gradient of its own in TensorFlow; one row under XLA.
+    keras.utils.set_random_seed(0)
+    ours, theirs = Dense(8), keras.layers.Dense(8)
+    x = tf.random.normal((1, 1, 16))
+    ours.build(x.shape)
+    theirs.build(x.shape)
+    theirs.set_weights(ours.get_weights())
+
+    def gradients(layer):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x) ** 2)
+        return tape.gradient(loss, layer.trainable_variables)
+
+    for want, got in zip(tf.function(gradients, jit_compile=True)(theirs),
+                         tf.function(gradients, jit_compile=True)(ours)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_quantize_still_refuses_dense_subclasses_unless_told():
+    """`_stack.Dense.quantize` passes `type_check=False`; without it Keras
+    would skip every projection of `Transformer.quantize`."""
+    with pytest.raises(NotImplementedError):
+        keras.layers.Dense.quantize(Dense(4), "int8")
+    layer = Dense(4)
+    layer.build((None, 8))
+    layer.quantize("int8")
+    assert layer.quantization_mode == "int8"
 
 
 def test_the_overridden_keras_method_still_exists_with_its_signature():

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from conftest import tiny_kargs
-from keras_transformer import _backend, cli
+from keras_transformer import _backend, _compat, cli
 from keras_transformer.data import reverse_task
 from keras_transformer.export import EXPORTED_OPTIONS
 from keras_transformer.generation import GenerateConfig
@@ -174,9 +174,10 @@ def test_default_xla_decoding_equals_the_tensorflow_graph(random_model, trained_
             )
 
 
-def fused_copy(model):
-    """`model`'s weights in a new model whose decoding lets XLA fuse every
-    product with its bias add (`_backend.apart_from_bias` turned off)."""
+def fresh_copy(model):
+    """`model`'s weights in a new model, whose decoding is traced anew."""
+    if not model.built:
+        model.build(((None, 4), (None, 4)))
     copy = kt.Transformer.from_config(model.get_config())
     copy.build(((None, 4), (None, 4)))
     copy.set_weights(model.get_weights())
@@ -187,20 +188,27 @@ def fused_copy(model):
 def test_products_kept_apart_from_the_bias_decode_the_same_tokens(
     random_model, trained_model, batch, monkeypatch
 ):
-    # Batch-1 steps under XLA:CPU keep each one-row product out of the bias
-    # add's fusion (faster); the tokens are those of the fused products, greedy
-    # and beam, also at the tutorial's width, where XLA does fuse them.
+    # Greedy steps at batch 1 under XLA:CPU keep each one-row product out of
+    # the bias add's fusion (faster); the tokens are those of the fused
+    # products, also at the tutorial's width, where XLA does fuse them. Beam
+    # search (4 rows) and batches 3 and 17 have no one-row product: controls.
     cases = [(random_model, mixed_length_sources(batch, seed=40 + batch)),
              (trained_model, reverse_task(batch, seed=50 + batch)[0])]
     if batch == 1:
         keras.utils.set_random_seed(3)
         wide = kt.Transformer(**tiny_kargs(d_model=512, num_heads=8, dff=2048))
         cases.append((wide, mixed_length_sources(batch, seed=61)))
-    expected = [[model.generate(inp, method=method).numpy() for method in ("greedy", "beam")]
-                for model, inp in cases]
+    kept_apart = []
+    barrier = _compat.optimization_barrier
+    monkeypatch.setattr(_compat, "optimization_barrier",
+                        lambda product: kept_apart.append(product) or barrier(product))
+    expected = [[fresh_copy(model).generate(inp, method=method).numpy()
+                 for method in ("greedy", "beam")] for model, inp in cases]
+    # Every projection of a traced batch-1 greedy step: 2 layers x 8, and the output.
+    assert len(kept_apart) == (3 * 17 if batch == 1 else 0)
     monkeypatch.setattr(_backend, "apart_from_bias", lambda product: product)
     for (model, inp), tokens in zip(cases, expected):
-        copy = fused_copy(model)
+        copy = fresh_copy(model)
         for method, want in zip(("greedy", "beam"), tokens):
             np.testing.assert_array_equal(copy.generate(inp, method=method).numpy(), want)
 
