@@ -17,10 +17,23 @@ Each model gets `--time-budget` seconds of training in all (default 600): the
 pretrained one splits it, `--pretrain-share` (default 0.7) for the masked LM
 and the rest for fine-tuning. Scores: accuracy and macro-F1 on the test split.
 
+With `--labels 100,300,1000,all`, the semi-supervised protocol instead: the
+masked LM is pretrained once on every text of the training split (its
+questions and answers, never the test split), with `pretrain`'s defaults and
+`--pretrain-set`, counted in epochs, not seconds; then for each number of
+labelled questions and each of `--seeds` seeds, a seeded subset stratified by
+label is drawn from the training split, and the four systems are trained on
+it (`fine_tune` with its defaults and `--set`, with `seed` set to the seed,
+from scratch and from the pretrained encoder). It prints every run, the mean
+and standard deviation per number of labels, and with `--plot PATH` draws the
+learning curve (accuracy against labels).
+
 Usage:
   python benchmarks/bench_classify.py [--time-budget 600] [--pretrain-share 0.7]
       [--systems majority,nearest,scratch,pretrained] [--split-seed 0]
       [--set key=value ...] [--pretrain-set key=value ...] [--out DIR]
+  python benchmarks/bench_classify.py --labels 100,300,1000,all [--seeds 3]
+      [--pretrain-set epochs=40] [--plot curve.png]
 """
 
 import argparse
@@ -28,6 +41,8 @@ import collections
 import json
 import os
 import platform
+import random
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bench_chatbot import DEFAULT_DATA, Retrieval, _options  # noqa: E402
+from machine import describe  # noqa: E402
 
 SYSTEMS = ("majority", "nearest", "scratch", "pretrained")
 LABEL_NAMES = {"0": "everyday", "1": "breakup", "2": "love"}
@@ -54,6 +70,100 @@ def load_split(path, seed=0):
     return split_pairs(rows, 0.1, seed)
 
 
+def stratified_subset(rows, size, seed):
+    """`size` of `rows` `(question, answer, label)`, each label's share kept
+    (largest remainders), drawn with `seed`; all of them when `size` is larger."""
+    if size >= len(rows):
+        return list(rows)
+    by_label = collections.defaultdict(list)
+    for row in rows:
+        by_label[row[2]].append(row)
+    quotas = {label: size * len(group) / len(rows) for label, group in by_label.items()}
+    counts = {label: int(quota) for label, quota in quotas.items()}
+    by_remainder = sorted(quotas, key=lambda label: counts[label] - quotas[label])
+    for label in by_remainder[:size - sum(counts.values())]:
+        counts[label] += 1
+    rng = random.Random(seed)
+    subset = [row for label in sorted(by_label) for row in rng.sample(by_label[label],
+                                                                      counts[label])]
+    rng.shuffle(subset)
+    return subset
+
+
+def learning_curve(args, train, test, out):
+    """The semi-supervised protocol (see the module docstring): one record per run."""
+    from keras_transformer.classification import classification_metrics, fine_tune, pretrain
+
+    questions = [q for q, _, _ in test]
+    labels = sorted({label for _, _, label in train})
+    truth = [labels.index(label) for _, _, label in test]
+
+    def scores(predicted):
+        result = classification_metrics([labels.index(p) for p in predicted], truth, labels)
+        return {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"]}
+
+    start = time.monotonic()
+    texts = [q for q, _, _ in train] + [a for _, a, _ in train]
+    mlm = pretrain(texts, os.path.join(out, "mlm"), **_options(args.pretrain_set))
+    print(f"masked LM on {len(texts)} texts: {json.dumps(mlm.metrics)}, "
+          f"{time.monotonic() - start:.0f} s", flush=True)
+    records = []
+    for size in [len(train) if n == "all" else int(n) for n in args.labels.split(",")]:
+        for seed in range(args.seeds):
+            subset = stratified_subset(train, size, seed)
+            examples = [(q, label) for q, _, label in subset]
+            common = collections.Counter(label for _, label in examples).most_common(1)[0][0]
+            record = {"labels": len(examples), "seed": seed,
+                      "majority": scores([common] * len(test)),
+                      "nearest": scores(Retrieval(examples).answer(questions))}
+            for system, pretrained in (("scratch", None), ("pretrained", mlm)):
+                started = time.monotonic()
+                result = fine_tune(examples, os.path.join(out, f"{system}-{size}-{seed}"),
+                                   pretrained=pretrained, verbose=0,
+                                   **{"seed": seed, **_options(args.set)})
+                record[system] = {**scores(result.classifier.predict(questions)),
+                                  "epochs": result.metrics["epochs"],
+                                  "seconds": round(time.monotonic() - started, 1)}
+            records.append(record)
+            print(json.dumps(record), flush=True)
+    return mlm.metrics, records
+
+
+def summarize(records):
+    """`{labels: {system: (mean accuracy, std, mean macro-F1, std)}}` over seeds."""
+    summary = {}
+    for size in sorted({r["labels"] for r in records}):
+        runs = [r for r in records if r["labels"] == size]
+        summary[size] = {}
+        for system in SYSTEMS:
+            values = [[run[system][key] for run in runs] for key in ("accuracy", "macro_f1")]
+            summary[size][system] = tuple(
+                x for v in values for x in (statistics.mean(v),
+                                            statistics.stdev(v) if len(v) > 1 else 0.0))
+    return summary
+
+
+def plot_curve(summary, path):
+    """Accuracy against the number of labelled questions, one line per system."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 4))
+    axes = figure.subplots()
+    sizes = sorted(summary)
+    for system in SYSTEMS:
+        means = [summary[n][system][0] for n in sizes]
+        stds = [summary[n][system][1] for n in sizes]
+        axes.errorbar(sizes, means, yerr=stds, marker="o", capsize=3, label=system)
+    axes.set_xscale("log")
+    axes.set_xlabel("labelled training questions")
+    axes.set_ylabel("test accuracy (mean of seeds, +- 1 std)")
+    axes.set_title("ChatbotData topics: pretraining against labels")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=DEFAULT_DATA)
@@ -66,6 +176,11 @@ def main():
     parser.add_argument("--split-seed", type=int, default=0,
                         help="seed of the 10%% test split (0: bench_chatbot.py's)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--labels", default=None,
+                        help="the semi-supervised protocol: numbers of labelled questions, "
+                             "e.g. 100,300,1000,all")
+    parser.add_argument("--seeds", type=int, default=3, help="subsets per number of labels")
+    parser.add_argument("--plot", default=None, help="where to draw the learning curve")
     args = parser.parse_args()
     systems = args.systems.split(",")
     out = args.out or tempfile.mkdtemp(prefix="bench_classify_")
@@ -73,6 +188,20 @@ def main():
     from keras_transformer.classification import classification_metrics, fine_tune, pretrain
 
     train, test = load_split(args.data, args.split_seed)
+    if args.labels:
+        print(f"# {describe(('tensorflow', 'keras'))}", flush=True)
+        mlm_metrics, records = learning_curve(args, train, test, out)
+        summary = summarize(records)
+        print(f"\nmasked LM: {json.dumps(mlm_metrics)}")
+        print("\n| labels | majority | nearest | scratch | pretrained | pretrained - scratch |")
+        print("|---|---|---|---|---|---|")
+        for size, row in summary.items():
+            cells = [f"{row[s][0]:.3f} +- {row[s][1]:.3f} / {row[s][2]:.3f}" for s in SYSTEMS]
+            gain = 100 * (row["pretrained"][0] - row["scratch"][0])
+            print(f"| {size} | {' | '.join(cells)} | {gain:+.1f} |")
+        if args.plot:
+            plot_curve(summary, args.plot)
+        return
     questions = [q for q, _, _ in test]
     labels = sorted({label for _, _, label in train})
     truth = [labels.index(label) for _, _, label in test]
