@@ -152,20 +152,32 @@ class BestWeights(keras.callbacks.Callback):
         monitor: str. Defaults to `"val_loss"`.
         mode: str. `"min"` (lower is better) or `"max"`. Defaults to `"min"`.
         best: float. The value to beat (from earlier runs of a resumed
-            training). Defaults to `None` (the first epoch is kept).
+            training). Defaults to `None` (the first epoch watched is kept).
+        start_from_epoch: int. Epochs (from 0) before this one are not
+            ranked: those of the learning-rate warm-up, whose half-trained
+            weights a small validation set can rank first by chance (ties in
+            accuracy over ten examples are common). Until then every epoch's
+            weights are written, so a run that ends in its warm-up keeps its
+            last ones. Defaults to `0`.
     """
 
-    def __init__(self, path, monitor="val_loss", mode="min", best=None):
+    def __init__(self, path, monitor="val_loss", mode="min", best=None, start_from_epoch=0):
         super().__init__()
         self.path, self.monitor, self.best = path, monitor, best
         self.mode = _config.check_choice("mode", mode, MODES)
+        self.start_from_epoch = start_from_epoch
 
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
-        if value is not None and _improves(value, self.best, self.mode):
+        if epoch < self.start_from_epoch:
+            self._save()
+        elif value is not None and _improves(value, self.best, self.mode):
             self.best = float(value)
-            with atomic_path(self.path) as temporary:
-                self.model.save_weights(temporary)
+            self._save()
+
+    def _save(self):
+        with atomic_path(self.path) as temporary:
+            self.model.save_weights(temporary)
 
 
 class EarlyStopping(keras.callbacks.Callback):

@@ -255,8 +255,9 @@ class TrainingRun:
         Args:
             model: the compiled model (after `restore`).
             train_data, valid_data: what `fit` takes.
-            steps_per_epoch: int. Steps in an epoch: early stopping watches
-                the epochs after the learning-rate warm-up only.
+            steps_per_epoch: int. Steps in an epoch: the best weights and
+                early stopping watch the epochs after the learning-rate
+                warm-up only.
             initial_epoch: int. From `restore`.
             callbacks: extra `keras.callbacks.Callback`s.
             scores: `keras.callbacks.Callback` that adds the monitored
@@ -276,14 +277,15 @@ class TrainingRun:
         self.budget = TimeBudget(config.time_budget) if config.time_budget is not None else None
         if not self.finished:
             earlier = self.earlier.get(monitor, [])
-            best = (max if self.mode == "max" else min)(earlier) if earlier else None
+            warmup_epochs = math.ceil(config.warmup_steps / steps_per_epoch)
+            watched = earlier[warmup_epochs:]
+            best = (max if self.mode == "max" else min)(watched) if watched else None
             fit_callbacks = [
                 *([scores] if scores else []),
-                BestWeights(self.path(BEST_WEIGHTS_FILE), monitor, mode=self.mode, best=best),
+                BestWeights(self.path(BEST_WEIGHTS_FILE), monitor, mode=self.mode, best=best,
+                            start_from_epoch=warmup_epochs),
                 EarlyStopping(monitor, mode=self.mode, patience=config.patience,
-                              earlier=earlier,
-                              start_from_epoch=math.ceil(config.warmup_steps / steps_per_epoch),
-                              goal=goal),
+                              earlier=earlier, start_from_epoch=warmup_epochs, goal=goal),
                 keras.callbacks.TerminateOnNaN(),
                 keras.callbacks.CSVLogger(self.path(HISTORY_FILE), append=True),
                 *([keras.callbacks.TensorBoard(self.path(LOG_DIR))] if tensorboard else []),

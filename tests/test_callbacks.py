@@ -73,6 +73,20 @@ def test_best_weights_keeps_the_best_epoch_only(tmp_path):
         BestWeights("x.weights.h5", mode="maximum")
 
 
+def test_best_weights_ignore_the_warm_up_epochs(tmp_path):
+    path = tmp_path / "best.weights.h5"
+    best = BestWeights(str(path), "val_accuracy", mode="max", start_from_epoch=2)
+    model = Model()
+    best.set_model(model)
+    for epoch, value in enumerate([0.3, 0.2]):  # a lucky warm-up epoch is not ranked ...
+        best.on_epoch_end(epoch, {"val_accuracy": value})
+    assert best.best is None and path.read_text(encoding="utf-8") == "1"  # ... the latest stands
+    for epoch, value in enumerate([0.25, 0.2, 0.3], start=2):
+        best.on_epoch_end(epoch, {"val_accuracy": value})
+    assert len(model.saved) == 4 and best.best == 0.3
+    assert path.read_text(encoding="utf-8") == "3"  # epoch 4's
+
+
 def test_epoch_scores_reach_the_callbacks_after_it():
     logs = {"loss": 1.0}
     scores = EpochScores(lambda model: {"chrf": 12.5, "bleu": np.float32(3.0)})
