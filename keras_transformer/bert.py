@@ -20,7 +20,7 @@ from keras_transformer import _config
 from keras_transformer._stack import Dropout, layer_norm
 from keras_transformer.encoder import Encoder
 
-# BERT's encoder options (seed 001): what `bert_encoder` sets unless told otherwise.
+# The BERT-style encoder options of seed 001: what `bert_encoder` sets unless told otherwise.
 BERT_ENCODER_OPTIONS = {"norm_first": True, "activation": "gelu",
                         "position_encoding": "learned", "type_vocab_size": 2,
                         "embedding_layernorm": True}
@@ -29,10 +29,13 @@ BERT_ENCODER_OPTIONS = {"norm_first": True, "activation": "gelu",
 def bert_encoder(num_layers, d_model, num_heads, dff, input_vocab_size,
                  maximum_position_encoding, rate=0.1, pad_token_idx=0, name="encoder",
                  **options):
-    """An `Encoder` in BERT's configuration (seed 001).
+    """An `Encoder` in the BERT-style configuration of seed 001.
 
     Token + learned position + segment embeddings with LayerNorm and dropout,
     then pre-LN layers with GELU; `options` override `BERT_ENCODER_OPTIONS`.
+    Unlike BERT itself, the layers are pre-LN (as in seed 001 and GPT-2;
+    `norm_first=False` gives BERT's post-LN) and the token embeddings are
+    scaled by sqrt(d_model), as in the tutorial's `Encoder`.
     The tutorial's `kargs` work: keys an encoder does not use are ignored.
 
     Example:

@@ -20,6 +20,7 @@ import numpy as np
 from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
 from keras_transformer.config import ClassifyConfig, PretrainConfig
 from keras_transformer.data.bert import classification_dataset, mlm_dataset, pack_inputs
+from keras_transformer.encoder import Encoder
 from keras_transformer.errors import InputError
 from keras_transformer.harness import (
     CONFIG_FILE,
@@ -221,11 +222,41 @@ def _compile(model, config, loss, metrics):
     model.compile(optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
 
 
-def _fit(run, model, train_data, valid_data, steps_per_epoch, callbacks):
+def _fit(run, model, train_data, valid_data, steps_per_epoch, callbacks, scores=None):
     """The harness's fit loop, resuming an interrupted run."""
     initial_epoch = run.restore(model)
     return run.fit(model, train_data, valid_data, steps_per_epoch, initial_epoch,
-                   callbacks=callbacks or ())
+                   callbacks=callbacks or (), scores=scores)
+
+
+class AccuracyThenLoss(keras.callbacks.Callback):
+    """Adds `val_score` to the logs: the validation accuracy, ties broken by
+    the lower validation loss.
+
+    Over `n` examples accuracy moves in steps of `1 / n`; the loss adds less
+    than one step (`1 / (n + 1)` times `1 / (1 + val_loss)`), so a better
+    accuracy always wins. On a small validation set many epochs tie in
+    accuracy, and the loss then tells which to keep and whether training
+    still improves.
+
+    Args:
+        n: int. The number of validation examples.
+
+    Example:
+    >>> logs = {"val_accuracy": 0.5, "val_loss": 1.0}
+    >>> AccuracyThenLoss(10).on_epoch_end(0, logs)
+    >>> round(logs["val_score"], 4)
+    0.5455
+    """
+
+    def __init__(self, n):
+        super().__init__()
+        self.step = 1 / (n + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and "val_accuracy" in logs:
+            logs["val_score"] = float(logs["val_accuracy"]) + self.step / (
+                1 + float(logs["val_loss"]))
 
 
 def pretrain(texts, out_dir, valid_texts=None, config=None, *, callbacks=None, verbose=1,
@@ -324,7 +355,17 @@ def _encoder(pretrained, texts, config, run):
         mlm, tokenizer = load_pretrained(pretrained)
     log(f"Fine-tuning the pretrained encoder ({mlm.encoder.count_params():,} parameters)",
         run.verbose)
-    return mlm.encoder, tokenizer
+    return _copy(mlm.encoder), tokenizer
+
+
+def _copy(encoder):
+    """A new encoder with `encoder`'s configuration and weights: fine-tuning
+    trains the copy, so that a `PretrainResult` fine-tuned several times
+    starts each classifier from the pretrained weights."""
+    copy = Encoder.from_config(encoder.get_config())
+    copy.build((None, None))
+    copy.set_weights(encoder.get_weights())
+    return copy
 
 
 def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=None, *,
@@ -343,10 +384,12 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
             `best.weights.h5`, `history.csv`, `metrics.json`, `history.png`,
             `confusion.png`.
         valid_examples: pairs, or `None` for a seeded `valid_fraction` split.
-            The best weights and early stopping follow its accuracy.
+            The best weights and early stopping follow its accuracy, ties
+            broken by its loss (`val_score`, see `AccuracyThenLoss`).
         pretrained: a directory written by `pretrain`, a `PretrainResult`,
-            or `None` (a fresh encoder). The classifier trains the pretrained
-            encoder itself, with its vocabulary and sizes.
+            or `None` (a fresh encoder). The classifier trains a copy of the
+            pretrained encoder (the `PretrainResult` is left as it was), with
+            its vocabulary and sizes.
         config, callbacks, verbose, **options: as in `pretrain`, with a
             `ClassifyConfig` (defaults to `ClassifyConfig()`).
 
@@ -360,8 +403,10 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
         examples, valid_examples = split_pairs(examples, config.valid_fraction, config.seed)
     valid_examples = _examples(valid_examples)
     labels = _labels(examples, valid_examples)
+    steps_per_epoch = math.ceil(len(examples) / config.batch_size)
+    config = dataclasses.replace(config, warmup_steps=config.warmup_for(steps_per_epoch))
     keras.utils.set_random_seed(config.seed)
-    run = TrainingRun(out_dir, config, "val_accuracy", "max", verbose)
+    run = TrainingRun(out_dir, config, "val_score", "max", verbose)
     counts = collections.Counter(label for _, label in examples)
     log(f"{len(examples)} training examples ({dict(sorted(counts.items()))}), "
         f"{len(valid_examples)} validation examples", verbose)
@@ -381,7 +426,7 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
                                       config.seed)
 
     history, stopped = _fit(run, model, dataset(examples, True), dataset(valid_examples, False),
-                            math.ceil(len(examples) / config.batch_size), callbacks)
+                            steps_per_epoch, callbacks, AccuracyThenLoss(len(valid_examples)))
 
     classifier = TextClassifier(model, tokenizer, labels)
     classifier.save(out_dir, train=config.to_dict(),

@@ -1,5 +1,6 @@
-"""Encoder-only models (issue 17): layers, masking, pretraining, fine-tuning, CLI."""
+"""Encoder-only models (issues 17, 28): layers, masking, pretraining, fine-tuning, CLI."""
 
+import collections
 import json
 import os
 
@@ -31,13 +32,13 @@ VEHICLES = ["car", "bus", "train", "ship", "plane", "truck"]
 FILLER = ["the", "a", "big", "small", "red", "old", "i", "see"]
 
 
-def toy_examples(n, seed=0):
+def toy_examples(n, seed=0, animals=ANIMALS, vehicles=VEHICLES):
     """Texts of filler words and three animals (label "animal") or vehicles."""
     rng = np.random.default_rng(seed)
     examples = []
     for _ in range(n):
         label = rng.choice(["animal", "vehicle"])
-        words = list(rng.choice(ANIMALS if label == "animal" else VEHICLES, 3))
+        words = list(rng.choice(animals if label == "animal" else vehicles, 3))
         words += list(rng.choice(FILLER, 4))
         rng.shuffle(words)
         examples.append((" ".join(words), str(label)))
@@ -225,6 +226,60 @@ def test_an_interrupted_fine_tuning_resumes_where_it_stopped(tmp_path):
     result = fine_tune(toy_examples(64), out, epochs=3, callbacks=[FirstEpoch()], **TINY)
     assert started["epoch"] == 2  # epochs 0 and 1 were done and backed up
     assert result.metrics["epochs"] == 3 and not os.path.isdir(os.path.join(out, "backup"))
+
+
+@pytest.fixture(scope="module")
+def toy_language(tmp_path_factory):
+    """A masked LM pretrained on 1,000 unlabelled toy texts, and their texts."""
+    texts = [text for text, _ in toy_examples(1000, seed=5)]
+    out = tmp_path_factory.mktemp("toy") / "mlm"
+    return pretrain(texts, str(out), epochs=20, warmup_steps=50, **TINY), texts
+
+
+def test_the_masked_lm_learns_a_toy_language(toy_language):
+    result, texts = toy_language
+    counts = collections.Counter(word for text in texts for word in text.split())
+    unigram_guess = max(counts.values()) / sum(counts.values())  # 0.075: always "the"
+    # Which animal or vehicle is masked can only be guessed from the others.
+    assert result.metrics["val_masked_accuracy"] > 1.5 * unigram_guess
+
+
+def test_each_fine_tuning_of_one_result_starts_from_the_pretrained_weights(toy_language,
+                                                                           tmp_path):
+    result = toy_language[0]
+    pretrained = [w.copy() for w in result.model.encoder.get_weights()]
+    for run in range(2):  # the second must not start where the first ended
+        started = {}
+
+        class AtStart(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                started["weights"] = self.model.encoder.get_weights()
+
+        fine_tune(toy_examples(32), str(tmp_path / str(run)), pretrained=result, epochs=1,
+                  callbacks=[AtStart()], **TINY)
+        for start, expected in zip(started["weights"], pretrained):
+            np.testing.assert_array_equal(start, expected)
+    for weights, expected in zip(result.model.encoder.get_weights(), pretrained):
+        np.testing.assert_array_equal(weights, expected)
+
+
+def test_pretraining_helps_where_labels_are_few(toy_language, tmp_path):
+    """20 labelled examples name two animals and two vehicles; the test texts
+    only the other eight words, which the masked LM saw among the first
+    four in unlabelled text, and a fresh encoder never saw at all."""
+    labelled = toy_examples(20, seed=1, animals=ANIMALS[:2], vehicles=VEHICLES[:2])
+    unseen = {"animals": ANIMALS[2:], "vehicles": VEHICLES[2:]}
+    valid, test = toy_examples(20, seed=2, **unseen), toy_examples(200, seed=3, **unseen)
+
+    def accuracy(pretrained, seed):
+        result = fine_tune(labelled, str(tmp_path / f"{pretrained is None}{seed}"), valid,
+                           pretrained=pretrained, epochs=30, seed=seed, **TINY)
+        predicted = result.classifier.predict([text for text, _ in test])
+        return np.mean([p == label for p, (_, label) in zip(predicted, test)])
+
+    scratch = np.mean([accuracy(None, seed) for seed in range(2)])
+    pretrained = np.mean([accuracy(toy_language[0], seed) for seed in range(2)])
+    assert scratch < 0.65 and pretrained > scratch + 0.15
 
 
 def run_cli(args, capsys):
