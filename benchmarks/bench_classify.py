@@ -33,7 +33,7 @@ Usage:
       [--systems majority,nearest,scratch,pretrained] [--split-seed 0]
       [--set key=value ...] [--pretrain-set key=value ...] [--out DIR]
   python benchmarks/bench_classify.py --labels 100,300,1000,all [--seeds 3]
-      [--pretrain-set epochs=40] [--plot curve.png]
+      [--pretrain-set epochs=40] [--plot curve.png] [--pretrained OUT/mlm]
 """
 
 import argparse
@@ -102,11 +102,18 @@ def learning_curve(args, train, test, out):
         result = classification_metrics([labels.index(p) for p in predicted], truth, labels)
         return {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"]}
 
-    start = time.monotonic()
-    texts = [q for q, _, _ in train] + [a for _, a, _ in train]
-    mlm = pretrain(texts, os.path.join(out, "mlm"), **_options(args.pretrain_set))
-    print(f"masked LM on {len(texts)} texts: {json.dumps(mlm.metrics)}, "
-          f"{time.monotonic() - start:.0f} s", flush=True)
+    if args.pretrained:
+        mlm = args.pretrained
+        with open(os.path.join(mlm, "metrics.json"), encoding="utf-8") as file:
+            mlm_metrics = json.load(file)
+        print(f"masked LM from {mlm}: {json.dumps(mlm_metrics)}", flush=True)
+    else:
+        start = time.monotonic()
+        texts = [q for q, _, _ in train] + [a for _, a, _ in train]
+        mlm = pretrain(texts, os.path.join(out, "mlm"), **_options(args.pretrain_set))
+        mlm_metrics = mlm.metrics
+        print(f"masked LM on {len(texts)} texts: {json.dumps(mlm_metrics)}, "
+              f"{time.monotonic() - start:.0f} s", flush=True)
     records = []
     for size in [len(train) if n == "all" else int(n) for n in args.labels.split(",")]:
         for seed in range(args.seeds):
@@ -126,7 +133,7 @@ def learning_curve(args, train, test, out):
                                   "seconds": round(time.monotonic() - started, 1)}
             records.append(record)
             print(json.dumps(record), flush=True)
-    return mlm.metrics, records
+    return mlm_metrics, records
 
 
 def summarize(records):
@@ -181,6 +188,9 @@ def main():
                              "e.g. 100,300,1000,all")
     parser.add_argument("--seeds", type=int, default=3, help="subsets per number of labels")
     parser.add_argument("--plot", default=None, help="where to draw the learning curve")
+    parser.add_argument("--pretrained", default=None,
+                        help="with --labels: a directory written by an earlier run's "
+                             "pretraining (its mlm/), used instead of pretraining again")
     args = parser.parse_args()
     systems = args.systems.split(",")
     out = args.out or tempfile.mkdtemp(prefix="bench_classify_")
