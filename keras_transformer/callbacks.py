@@ -9,6 +9,7 @@ atomically, the counter last, and keeps that state too.
 """
 
 import json
+import math
 import os
 import time
 
@@ -178,6 +179,39 @@ class BestWeights(keras.callbacks.Callback):
     def _save(self):
         with atomic_path(self.path) as temporary:
             self.model.save_weights(temporary)
+
+
+class AccuracyThenLoss(keras.callbacks.Callback):
+    """Adds `val_score` to the logs: the validation accuracy, ties broken by
+    the lower validation loss.
+
+    Over `n` examples accuracy moves in steps of `1 / n`; the loss adds less
+    than one step (`1 / (n + 1)` times `1 / (1 + val_loss)`), so a better
+    accuracy always wins. On a small validation set many epochs tie in
+    accuracy, and the loss then tells which to keep and whether training
+    still improves. A missing or non-finite loss adds nothing.
+
+    Args:
+        n: int. The number of validation examples.
+
+    Example:
+    >>> logs = {"val_accuracy": 0.5, "val_loss": 1.0}
+    >>> AccuracyThenLoss(10).on_epoch_end(0, logs)
+    >>> round(logs["val_score"], 4)
+    0.5455
+    """
+
+    def __init__(self, n):
+        super().__init__()
+        self.step = 1 / (_config.check_positive_int("n", n) + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None or "val_accuracy" not in logs:
+            return
+        loss = logs.get("val_loss")
+        finite = loss is not None and math.isfinite(float(loss))
+        logs["val_score"] = float(logs["val_accuracy"]) + (
+            self.step / (1 + float(loss)) if finite else 0.0)
 
 
 class EarlyStopping(keras.callbacks.Callback):

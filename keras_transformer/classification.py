@@ -18,6 +18,7 @@ import keras
 import numpy as np
 
 from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
+from keras_transformer.callbacks import AccuracyThenLoss
 from keras_transformer.config import ClassifyConfig, PretrainConfig
 from keras_transformer.data.bert import classification_dataset, mlm_dataset, pack_inputs
 from keras_transformer.encoder import Encoder
@@ -31,6 +32,7 @@ from keras_transformer.harness import (
     split_pairs,
 )
 from keras_transformer.plotting import plot_confusion_matrix
+from keras_transformer.recipe import default_learning_rate
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
@@ -214,49 +216,23 @@ def _learn_tokenizer(texts, config, run):
 
 
 def _compile(model, config, loss, metrics):
-    """AdamW (BERT's optimizer) with warm-up to `config.learning_rate`, then
+    """AdamW (BERT's optimizer) with warm-up to `config.learning_rate` (`None`:
+    the paper's peak for `d_model`, whatever the warm-up), then
     inverse-square-root decay (the paper's schedule)."""
+    peak = config.learning_rate or default_learning_rate(model.encoder.d_model)
     optimizer = keras.optimizers.AdamW(
-        CustomSchedule(model.encoder.d_model, config.warmup_steps, config.learning_rate),
+        CustomSchedule(model.encoder.d_model, config.warmup_steps, peak),
         weight_decay=0.01, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     model.compile(optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
 
 
-def _fit(run, model, train_data, valid_data, steps_per_epoch, callbacks, scores=None):
+def _fit(run, model, train_data, valid_data, steps_per_epoch, callbacks, scores=None,
+         best_after_warmup=False):
     """The harness's fit loop, resuming an interrupted run."""
     initial_epoch = run.restore(model)
     return run.fit(model, train_data, valid_data, steps_per_epoch, initial_epoch,
-                   callbacks=callbacks or (), scores=scores)
-
-
-class AccuracyThenLoss(keras.callbacks.Callback):
-    """Adds `val_score` to the logs: the validation accuracy, ties broken by
-    the lower validation loss.
-
-    Over `n` examples accuracy moves in steps of `1 / n`; the loss adds less
-    than one step (`1 / (n + 1)` times `1 / (1 + val_loss)`), so a better
-    accuracy always wins. On a small validation set many epochs tie in
-    accuracy, and the loss then tells which to keep and whether training
-    still improves.
-
-    Args:
-        n: int. The number of validation examples.
-
-    Example:
-    >>> logs = {"val_accuracy": 0.5, "val_loss": 1.0}
-    >>> AccuracyThenLoss(10).on_epoch_end(0, logs)
-    >>> round(logs["val_score"], 4)
-    0.5455
-    """
-
-    def __init__(self, n):
-        super().__init__()
-        self.step = 1 / (n + 1)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if logs is not None and "val_accuracy" in logs:
-            logs["val_score"] = float(logs["val_accuracy"]) + self.step / (
-                1 + float(logs["val_loss"]))
+                   callbacks=callbacks or (), scores=scores,
+                   best_after_warmup=best_after_warmup)
 
 
 def pretrain(texts, out_dir, valid_texts=None, config=None, *, callbacks=None, verbose=1,
@@ -385,7 +361,8 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
             `confusion.png`.
         valid_examples: pairs, or `None` for a seeded `valid_fraction` split.
             The best weights and early stopping follow its accuracy, ties
-            broken by its loss (`val_score`, see `AccuracyThenLoss`).
+            broken by its loss (`val_score`, see `callbacks.AccuracyThenLoss`),
+            both counted from the end of the learning-rate warm-up.
         pretrained: a directory written by `pretrain`, a `PretrainResult`,
             or `None` (a fresh encoder). The classifier trains a copy of the
             pretrained encoder (the `PretrainResult` is left as it was), with
@@ -426,7 +403,8 @@ def fine_tune(examples, out_dir, valid_examples=None, pretrained=None, config=No
                                       config.seed)
 
     history, stopped = _fit(run, model, dataset(examples, True), dataset(valid_examples, False),
-                            steps_per_epoch, callbacks, AccuracyThenLoss(len(valid_examples)))
+                            steps_per_epoch, callbacks, AccuracyThenLoss(len(valid_examples)),
+                            best_after_warmup=True)
 
     classifier = TextClassifier(model, tokenizer, labels)
     classifier.save(out_dir, train=config.to_dict(),

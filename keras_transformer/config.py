@@ -235,7 +235,7 @@ class ClassifyConfig(_EncoderConfig):
     pooling: str = _option("cls", "classify the [CLS] state (cls) or the mean token state",
                            "model", choices=POOLINGS)
     patience: int = _override("patience", 5, "early stopping: epochs without a better validation "
-                              "accuracy")
+                              "accuracy (ties: a lower loss), counted once the warm-up is over")
     learning_rate: float = _override("learning_rate", 5e-4, "peak learning rate")
     warmup_steps: int = _override("warmup_steps", None, "learning-rate warm-up steps "
                                   "(default: 400, or a tenth of the most steps, epochs x "

@@ -249,15 +249,15 @@ class TrainingRun:
         return initial_epoch
 
     def fit(self, model, train_data, valid_data, steps_per_epoch, initial_epoch=0,
-            callbacks=(), scores=None, goal=None, tensorboard=False, fit_steps=None):
+            callbacks=(), scores=None, goal=None, tensorboard=False, fit_steps=None,
+            best_after_warmup=False):
         """`model.fit` with the harness's callbacks, then the best weights loaded.
 
         Args:
             model: the compiled model (after `restore`).
             train_data, valid_data: what `fit` takes.
-            steps_per_epoch: int. Steps in an epoch: the best weights and
-                early stopping watch the epochs after the learning-rate
-                warm-up only.
+            steps_per_epoch: int. Steps in an epoch: early stopping watches
+                the epochs after the learning-rate warm-up only.
             initial_epoch: int. From `restore`.
             callbacks: extra `keras.callbacks.Callback`s.
             scores: `keras.callbacks.Callback` that adds the monitored
@@ -268,6 +268,10 @@ class TrainingRun:
             tensorboard: bool. Also write TensorBoard logs to `logs/`.
             fit_steps: int or `None`. `steps_per_epoch` given to `fit` (for
                 a data set that holds every epoch).
+            best_after_warmup: bool. Rank the best weights after the warm-up
+                only, too (`BestWeights(start_from_epoch=...)`), for a
+                validation set so small that its score can pick a
+                half-trained warm-up epoch by chance. Defaults to `False`.
 
         Returns:
             `(history, stopped_by_time_budget)`: dict of per-epoch lists over
@@ -278,12 +282,13 @@ class TrainingRun:
         if not self.finished:
             earlier = self.earlier.get(monitor, [])
             warmup_epochs = math.ceil(config.warmup_steps / steps_per_epoch)
-            watched = earlier[warmup_epochs:]
-            best = (max if self.mode == "max" else min)(watched) if watched else None
+            ranked_from = warmup_epochs if best_after_warmup else 0
+            ranked = earlier[ranked_from:]
+            best = (max if self.mode == "max" else min)(ranked) if ranked else None
             fit_callbacks = [
                 *([scores] if scores else []),
                 BestWeights(self.path(BEST_WEIGHTS_FILE), monitor, mode=self.mode, best=best,
-                            start_from_epoch=warmup_epochs),
+                            start_from_epoch=ranked_from),
                 EarlyStopping(monitor, mode=self.mode, patience=config.patience,
                               earlier=earlier, start_from_epoch=warmup_epochs, goal=goal),
                 keras.callbacks.TerminateOnNaN(),

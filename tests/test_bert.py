@@ -20,6 +20,7 @@ from keras_transformer.classification import (
     pretrain,
 )
 from keras_transformer.data import mask_tokens, mlm_dataset, pack_inputs
+from keras_transformer.errors import InputError
 from keras_transformer.text import WordTokenizer
 
 TINY = {"num_layers": 1, "d_model": 32, "num_heads": 2, "dff": 64, "max_length": 12,
@@ -226,6 +227,19 @@ def test_an_interrupted_fine_tuning_resumes_where_it_stopped(tmp_path):
     result = fine_tune(toy_examples(64), out, epochs=3, callbacks=[FirstEpoch()], **TINY)
     assert started["epoch"] == 2  # epochs 0 and 1 were done and backed up
     assert result.metrics["epochs"] == 3 and not os.path.isdir(os.path.join(out, "backup"))
+    # The warm-up the run used is recorded: a tenth of 3 epochs of 4 steps.
+    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+        assert json.load(f)["train"]["warmup_steps"] == 1
+
+
+def test_the_fine_tuning_warm_up_fits_a_short_run():
+    assert kt.ClassifyConfig().warmup_for(2) == 20  # 100 epochs of 2 steps
+    assert kt.ClassifyConfig().warmup_for(150) == 400  # the recipes' warm-up, no longer
+    assert kt.ClassifyConfig(warmup_steps=7).warmup_for(2) == 7
+    with pytest.raises(InputError, match="warmup_steps"):
+        kt.ClassifyConfig(warmup_steps=0)
+    with pytest.raises(InputError, match="warmup_steps"):
+        kt.TrainConfig(warmup_steps=None)  # only the fine-tuning warm-up has a default of None
 
 
 @pytest.fixture(scope="module")

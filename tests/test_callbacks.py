@@ -5,7 +5,13 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.callbacks import BestWeights, EarlyStopping, EpochScores, TimeBudget
+from keras_transformer.callbacks import (
+    AccuracyThenLoss,
+    BestWeights,
+    EarlyStopping,
+    EpochScores,
+    TimeBudget,
+)
 
 
 class Model:
@@ -85,6 +91,19 @@ def test_best_weights_ignore_the_warm_up_epochs(tmp_path):
         best.on_epoch_end(epoch, {"val_accuracy": value})
     assert len(model.saved) == 4 and best.best == 0.3
     assert path.read_text(encoding="utf-8") == "3"  # epoch 4's
+
+
+def test_accuracy_ties_are_broken_by_the_loss_and_only_ties():
+    def score(accuracy, **loss):
+        logs = {"val_accuracy": accuracy, **loss}
+        AccuracyThenLoss(10).on_epoch_end(0, logs)
+        return logs["val_score"]
+
+    assert score(0.6, val_loss=100.0) > score(0.5, val_loss=0.0)  # one question more wins
+    assert score(0.5, val_loss=0.8) > score(0.5, val_loss=0.9)
+    assert score(0.5) == score(0.5, val_loss=float("nan")) == 0.5
+    with pytest.raises(ValueError, match="n"):
+        AccuracyThenLoss(0)
 
 
 def test_epoch_scores_reach_the_callbacks_after_it():
