@@ -24,9 +24,10 @@ questions and answers, never the test split), with `pretrain`'s defaults and
 labelled questions and each of `--seeds` seeds, a seeded subset stratified by
 label is drawn from the training split, and the four systems are trained on
 it (`fine_tune` with its defaults and `--set`, with `seed` set to the seed,
-from scratch and from the pretrained encoder). It prints every run, the mean
-and standard deviation per number of labels, and with `--plot PATH` draws the
-learning curve (accuracy against labels).
+from scratch and from the pretrained encoder). `--pretrained OUT/mlm` reuses
+an earlier run's masked LM instead of pretraining. It prints every run, the
+mean and standard deviation per number of labels, and with `--plot PATH`
+draws the learning curve (accuracy against labels).
 
 Usage:
   python benchmarks/bench_classify.py [--time-budget 600] [--pretrain-share 0.7]
@@ -197,6 +198,10 @@ def main():
 
     from keras_transformer.classification import classification_metrics, fine_tune, pretrain
 
+    if args.pretrained and not args.labels:
+        parser.error("--pretrained needs --labels")
+    if args.pretrained and args.pretrain_set:
+        parser.error("--pretrain-set does not apply to a --pretrained masked LM")
     train, test = load_split(args.data, args.split_seed)
     if args.labels:
         print(f"# {describe(('tensorflow', 'keras'))}", flush=True)
