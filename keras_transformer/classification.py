@@ -325,13 +325,14 @@ def _encoder(pretrained, texts, config, run):
         return bert_encoder(**config.model_options(), input_vocab_size=tokenizer.vocab_size,
                             maximum_position_encoding=config.max_length,
                             pad_token_idx=tokenizer.pad_id), tokenizer
-    if isinstance(pretrained, PretrainResult):
-        mlm, tokenizer = pretrained.model, pretrained.tokenizer
-    else:
+    if isinstance(pretrained, PretrainResult):  # the caller's model: train a copy
+        encoder, tokenizer = _copy(pretrained.model.encoder), pretrained.tokenizer
+    else:  # freshly read from disk: nobody else holds it
         mlm, tokenizer = load_pretrained(pretrained)
-    log(f"Fine-tuning the pretrained encoder ({mlm.encoder.count_params():,} parameters)",
+        encoder = mlm.encoder
+    log(f"Fine-tuning the pretrained encoder ({encoder.count_params():,} parameters)",
         run.verbose)
-    return _copy(mlm.encoder), tokenizer
+    return encoder, tokenizer
 
 
 def _copy(encoder):
