@@ -47,6 +47,10 @@ class TranslatorModule(tf.Module):
             `method` (`"greedy"`, the default, `"beam"` or `"mmi"`; a
             SavedModel does not sample), `beam_size`, `length_penalty`,
             `mmi_weight`, `max_length`.
+
+    Constructing it traces the signature (seconds; `generate`'s errors are
+    raised here). Only the variables the signature reads are saved: not the
+    optimizer's, and the loaded SavedModel has no `.model`.
     """
 
     def __init__(self, model, source_tokenizer, target_tokenizer, vocabulary_files=None,
@@ -59,19 +63,24 @@ class TranslatorModule(tf.Module):
         _config.check_choice("method", generate_options.get("method", "greedy"),
                              [m for m in METHODS if m != "sample"])
         GenerateConfig(**generate_options)
-        self.model = model
+        # The Keras model is not an attribute: tracking it would save its optimizer's
+        # state, and beside `captured_variables` every weight a second time (a Keras
+        # variable and the TensorFlow variable it wraps are two objects to a
+        # checkpoint): four times the weights' bytes after training with Adam.
+        self._maximum_length = model.maximum_position_encoding
+        self._generate = lambda ids: model.generate(ids, **generate_options)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self._options = generate_options
         if vocabulary_files:
             self.vocabularies = [tf.saved_model.Asset(path) for path in vocabulary_files]
+        # `saved_model_cli run`'s TF1 loader and TF Serving look the variables up here.
+        self.captured_variables = list(self.translate.get_concrete_function().variables)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def translate(self, text):
         """Strings `(B,)` -> `{"text": (B,) strings, "token_ids": (B, n) int32}`."""
-        ids = padded_sources(text, self.source_tokenizer,
-                             self.model.maximum_position_encoding)  # (B, S)
-        tokens = self.model.generate(ids, **self._options)
+        ids = padded_sources(text, self.source_tokenizer, self._maximum_length)  # (B, S)
+        tokens = self._generate(ids)
         return {"text": self.target_tokenizer.detokenize(tokens), "token_ids": tokens}
 
 
@@ -120,10 +129,6 @@ def export_saved_model(model, source_tokenizer, target_tokenizer, path, **genera
             target_tokenizer.save_vocabulary(files[1])
             module = TranslatorModule(model, source_tokenizer, target_tokenizer,
                                       vocabulary_files=files, **generate_options)
-            # Track the TensorFlow variables the signature reads: the TF1
-            # loader of `saved_model_cli run` and TF Serving look them up
-            # there, not through the Keras model's own tracking.
-            module.captured_variables = list(module.translate.get_concrete_function().variables)
             tf.saved_model.save(module, staging,
                                 signatures={"serving_default": module.translate})
         if os.path.exists(path):

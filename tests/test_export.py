@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli, export_saved_model, train
+from keras_transformer import Translator, cli, export_saved_model, train
 from keras_transformer.data import english_korean_corpus
 
 INPUTS = [
@@ -70,6 +70,49 @@ def exported(trained, tmp_path_factory):
     export_saved_model(translator.model, translator.source_tokenizer,
                        translator.target_tokenizer, path)
     return path
+
+
+def stored_values(path):
+    """How many numbers the SavedModel's checkpoint holds."""
+    stored = tf.train.list_variables(os.path.join(path, "variables", "variables"))
+    return sum(int(np.prod(shape)) for name, shape in stored
+               if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
+
+
+def test_saved_model_keeps_each_weight_once_and_no_optimizer(trained, exported, tmp_path):
+    """Tracking the trained Keras model beside the signature's variables saved Adam's
+    two slots and every weight twice: four times the weights' numbers."""
+    _, translator = trained
+    model = translator.model
+    assert len(model.optimizer.variables) > 2 * len(model.trainable_weights), "not trained"
+    assert stored_values(exported) == model.count_params()
+    # The bfloat16 serving copy with MMI reranking: still each weight once, and the
+    # same tokens as the copy's own `generate`.
+    copy = model.serving_copy()
+    path = export_saved_model(copy, translator.source_tokenizer, translator.target_tokenizer,
+                              str(tmp_path / "mmi"), method="mmi")
+    assert stored_values(path) == copy.count_params()
+    texts = ["Minsu reads.", "The teacher reads a book in the park."]
+    served = tf.saved_model.load(path)  # held: its variables live as long as it does
+    np.testing.assert_array_equal(
+        served.translate(tf.constant(texts))["token_ids"].numpy(),
+        Translator(copy, translator.source_tokenizer, translator.target_tokenizer)
+        .generate_ids(texts, method="mmi"),
+    )
+
+
+def test_the_tf1_loader_of_tf_serving_runs_the_signature(trained, exported):
+    """TF Serving's loader finds the variables through `captured_variables`."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
+
+    _, translator = trained
+    texts = INPUTS[:3]
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], exported)
+        signature = meta.signature_def["serving_default"]
+        served = session.run(signature.outputs["text"].name,
+                             {signature.inputs["text"].name: np.array(texts, dtype=object)})
+    assert [text.decode("utf-8") for text in served] == translator.translate(texts)
 
 
 def test_saved_model_serves_strings_without_the_package(trained, exported):
