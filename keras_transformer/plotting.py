@@ -1,7 +1,8 @@
 """Matplotlib figures: training curves and attention heatmaps.
 
 Figures are built with `matplotlib.figure.Figure`, not pyplot, so they work
-without a display and show inline in Jupyter. Korean labels are drawn with
+without a display and show inline in Jupyter. Each takes `language="ko"` for Korean
+titles, axes and legends (the notebooks' language). Korean labels are drawn with
 NanumGothic (shipped by the `koreanize-matplotlib` package, used only as a
 font carrier), with DejaVu Sans as the fallback for other scripts.
 """
@@ -14,7 +15,41 @@ from matplotlib import font_manager, rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from keras_transformer import _config
+
 _KOREAN_FONT = "NanumGothic"
+
+# The words drawn on the figures: (English, Korean) for `language="en"` and `"ko"`.
+_LANGUAGES = ("en", "ko")
+_TEXTS = {
+    "masked_loss": ("Loss (masked, label-smoothed)", "손실 (패딩 제외, 레이블 스무딩)"),
+    "loss": ("Loss", "손실"),
+    "loss_axis": ("loss", "손실"),
+    "masked_accuracy": ("Token accuracy (masked)", "토큰 정확도 (패딩 제외)"),
+    "accuracy": ("Accuracy", "정확도"),
+    "accuracy_axis": ("accuracy", "정확도"),
+    "answers": ("Validation answers (greedy)", "검증 답 (그리디)"),
+    "answers_axis": ("chrF / % distinct", "chrF / 서로 다른 답 %"),
+    "distinct": ("% distinct", "서로 다른 답 %"),
+    "train": ("train", "학습"),
+    "validation": ("validation", "검증"),
+    "epoch": ("epoch", "에포크"),
+    "key": ("key token (source in cross-attention)", "키 토큰 (크로스 어텐션이면 원문)"),
+    "query": ("query token", "쿼리 토큰"),
+    "head": ("head {}", "헤드 {}"),
+    "all_heads": ("all heads", "헤드 전체"),
+    "weight": ("attention weight", "어텐션 가중치"),
+    "attention": ("Attention", "어텐션"),
+    "predicted": ("predicted label", "예측한 레이블"),
+    "true": ("true label", "정답 레이블"),
+    "confusion": ("Confusion matrix", "혼동 행렬"),
+    "examples": ("examples", "예제 수"),
+}
+
+
+def _texts(language):
+    column = _LANGUAGES.index(_config.check_choice("language", language, _LANGUAGES))
+    return {key: words[column] for key, words in _TEXTS.items()}
 
 
 def _font_family():
@@ -40,7 +75,7 @@ def _save(figure, path):
     return figure
 
 
-def plot_history(history, path=None):
+def plot_history(history, path=None, language="en"):
     """Loss and accuracy per epoch, training and validation, and the chrF and
     share of distinct answers of the validation translations when logged.
 
@@ -50,18 +85,22 @@ def plot_history(history, path=None):
             `val_masked_accuracy` (or a classifier's `accuracy` and
             `val_accuracy`), `val_chrf`, `val_distinct_answers`.
         path: str. Save the figure there as PNG. Defaults to `None`.
+        language: str. `"en"` or `"ko"` (Korean titles, axes and legends).
+            Defaults to `"en"`.
 
     Returns:
         `matplotlib.figure.Figure`.
     """
+    text = _texts(language)
     accuracy = "masked_accuracy" if "masked_accuracy" in history else "accuracy"
-    panels = [("Loss (masked, label-smoothed)" if accuracy == "masked_accuracy" else "Loss",
-               "loss", (("loss", "train"), ("val_loss", "validation"))),
-              ("Token accuracy (masked)" if accuracy == "masked_accuracy" else "Accuracy",
-               "accuracy", ((accuracy, "train"), (f"val_{accuracy}", "validation")))]
+    train, validation = text["train"], text["validation"]
+    panels = [(text["masked_loss" if accuracy == "masked_accuracy" else "loss"],
+               text["loss_axis"], (("loss", train), ("val_loss", validation))),
+              (text[accuracy], text["accuracy_axis"],
+               ((accuracy, train), (f"val_{accuracy}", validation)))]
     if history.get("val_chrf"):
-        panels.append(("Validation answers (greedy)", "chrF / % distinct",
-                       (("val_chrf", "chrF"), ("val_distinct_answers", "% distinct"))))
+        panels.append((text["answers"], text["answers_axis"],
+                       (("val_chrf", "chrF"), ("val_distinct_answers", text["distinct"]))))
     with _style():
         figure = Figure(figsize=(5 * len(panels), 4), layout="constrained")
         for axis, (title, ylabel, curves) in zip(figure.subplots(1, len(panels)), panels):
@@ -73,7 +112,7 @@ def plot_history(history, path=None):
                     axis.plot(epochs, np.asarray(values) * scale, marker="o", markersize=3,
                               label=label)
             axis.set_title(title)
-            axis.set_xlabel("epoch")
+            axis.set_xlabel(text["epoch"])
             axis.xaxis.set_major_locator(MaxNLocator(integer=True))
             axis.set_ylabel(ylabel)
             axis.grid(alpha=0.3)
@@ -82,7 +121,8 @@ def plot_history(history, path=None):
     return _save(figure, path)
 
 
-def plot_attention(attention, source_tokens, target_tokens, path=None, title=None):
+def plot_attention(attention, source_tokens, target_tokens, path=None, title=None,
+                   language="en"):
     """Heatmaps of attention weights, one per head.
 
     Args:
@@ -91,11 +131,15 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
         source_tokens: list of str, length `S`: column labels.
         target_tokens: list of str, length `T`: row labels.
         path: str. Save the figure there as PNG. Defaults to `None`.
-        title: str. Figure title. Defaults to `"Attention"`.
+        title: str. Figure title. Defaults to `"Attention"` (`"어텐션"` with
+            `language="ko"`).
+        language: str. `"en"` or `"ko"` (Korean axes and head titles).
+            Defaults to `"en"`.
 
     Returns:
         `matplotlib.figure.Figure`.
     """
+    text = _texts(language)
     attention = np.asarray(attention, dtype=np.float32)
     if attention.ndim == 2:
         attention = attention[np.newaxis]
@@ -120,26 +164,29 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
                                 aspect="auto")
             axis.set_xticks(range(len(source_tokens)), source_tokens, rotation=90)
             axis.set_yticks(range(len(target_tokens)), target_tokens)
-            axis.set_xlabel("source token (key)")
-            axis.set_ylabel("target token (query)")
-            axis.set_title(f"head {head + 1}" if heads > 1 else "all heads")
-        figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention weight")
-        figure.suptitle(title or "Attention")
+            axis.set_xlabel(text["key"])
+            axis.set_ylabel(text["query"])
+            axis.set_title(text["head"].format(head + 1) if heads > 1 else text["all_heads"])
+        figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label=text["weight"])
+        figure.suptitle(title or text["attention"])
     return _save(figure, path)
 
 
-def plot_confusion_matrix(matrix, labels, path=None, title=None):
+def plot_confusion_matrix(matrix, labels, path=None, title=None, language="en"):
     """A confusion matrix: counts, rows the true labels, columns the predicted.
 
     Args:
         matrix: array `(n, n)` of counts.
         labels: list of n str.
         path: str. Save the figure there as PNG. Defaults to `None`.
-        title: str. Defaults to `"Confusion matrix"`.
+        title: str. Defaults to `"Confusion matrix"` (`"혼동 행렬"` with
+            `language="ko"`).
+        language: str. `"en"` or `"ko"` (Korean axes). Defaults to `"en"`.
 
     Returns:
         `matplotlib.figure.Figure`.
     """
+    text = _texts(language)
     matrix = np.asarray(matrix)
     if matrix.shape != (len(labels), len(labels)):
         raise ValueError(
@@ -157,8 +204,8 @@ def plot_confusion_matrix(matrix, labels, path=None, title=None):
             axis.text(column, row, str(count), ha="center", va="center", color=color)
         axis.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
         axis.set_yticks(range(len(labels)), labels)
-        axis.set_xlabel("predicted label")
-        axis.set_ylabel("true label")
-        axis.set_title(title or "Confusion matrix")
-        figure.colorbar(image, ax=axis, shrink=0.8, label="examples")
+        axis.set_xlabel(text["predicted"])
+        axis.set_ylabel(text["true"])
+        axis.set_title(title or text["confusion"])
+        figure.colorbar(image, ax=axis, shrink=0.8, label=text["examples"])
     return _save(figure, path)

@@ -16,7 +16,7 @@ from conftest import TINY_TRAIN as TINY
 from conftest import AtBatch, sees_pairs
 from keras_transformer import Translator, cli, export_saved_model, train
 from keras_transformer.data import english_korean_corpus
-from keras_transformer.plotting import plot_attention, plot_history
+from keras_transformer.plotting import plot_attention, plot_confusion_matrix, plot_history
 from keras_transformer.recipe import CollapseWarning, collapse_warning
 from keras_transformer.text import SPECIAL_TOKENS, WordTokenizer
 
@@ -186,6 +186,19 @@ def test_plots_have_titles_and_labels():
     assert len(shown) == 2 and all(axis.get_xlabel() for axis in shown)
     with pytest.raises(ValueError, match="attention"):
         plot_attention(np.zeros((3, 4)), list("abc"), list("abc"))
+
+
+def test_plots_speak_korean_for_the_notebooks():
+    figure = plot_history({"loss": [2.0, 1.0], "masked_accuracy": [0.5, 0.7]}, language="ko")
+    assert [axis.get_xlabel() for axis in figure.axes] == ["에포크", "에포크"]
+    assert figure.axes[0].get_legend().get_texts()[0].get_text() == "학습"
+    figure = plot_attention(np.full((2, 3, 4), 0.25), list("abcd"), list("abc"), language="ko")
+    assert figure.axes[0].get_title() == "헤드 1"
+    assert figure.axes[0].get_ylabel() == "쿼리 토큰"
+    figure = plot_confusion_matrix([[1, 0], [0, 1]], ["a", "b"], language="ko")
+    assert figure.axes[0].get_title() == "혼동 행렬"
+    with pytest.raises(ValueError, match="language"):
+        plot_history({"loss": [1.0]}, language="kr")
 
 
 # Issue 13: the defaults must learn on small data and report a collapse.
