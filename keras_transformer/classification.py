@@ -32,13 +32,17 @@ from keras_transformer.harness import (
     split_pairs,
 )
 from keras_transformer.plotting import plot_confusion_matrix
-from keras_transformer.recipe import default_learning_rate
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
     tokenizer_from_config,
 )
-from keras_transformer.training import CustomSchedule, MaskedAccuracy, MaskedLoss
+from keras_transformer.training import (
+    CustomSchedule,
+    MaskedAccuracy,
+    MaskedLoss,
+    default_learning_rate,
+)
 
 VOCAB_FILE = "vocabulary.txt"
 CONFUSION_PLOT = "confusion.png"

@@ -37,7 +37,12 @@ from keras_transformer.text.tokenizers import (
     load_vocabulary,
     tokenizer_from_config,
 )
-from keras_transformer.training import CustomSchedule, MaskedAccuracy, MaskedLoss
+from keras_transformer.training import (
+    CustomSchedule,
+    MaskedAccuracy,
+    MaskedLoss,
+    default_learning_rate,
+)
 from keras_transformer.transformer import Transformer
 from keras_transformer.translator import (
     SOURCE_VOCAB_FILE,
@@ -158,17 +163,6 @@ def evaluate(translator, pairs, batch_size=128, verbose=1, **generate_kwargs):
     hypotheses = translator.translate(sources, batch_size=batch_size, verbose=verbose,
                                       **generate_kwargs)
     return translation_metrics(hypotheses, references), hypotheses, references
-
-
-def default_learning_rate(d_model):
-    """The peak of the paper's schedule for `d_model`: `(d_model * 4000)^-0.5`.
-
-    The paper reaches it after 4000 warm-up steps; the recipe reaches it after
-    `warmup_steps` (400), so that short runs train at it too, and it never
-    depends on the length of the run (a warm-up set to a tenth of a short run
-    made the peak 0.012 for d_model 256, and the model collapsed).
-    """
-    return (d_model * 4000) ** -0.5
 
 
 @dataclasses.dataclass

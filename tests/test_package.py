@@ -39,6 +39,15 @@ def test_import_and_a_layer_load_no_application_module():
     assert loaded == []
 
 
+def test_the_encoder_only_recipes_do_not_load_the_translation_recipe():
+    loaded = json.loads(run_python(
+        "import sys, json\nimport keras_transformer.classification\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m in "
+        "('sacrebleu', 'keras_transformer.recipe', 'keras_transformer.translator'))))"
+    ).strip().splitlines()[-1])
+    assert loaded == []
+
+
 def test_the_core_needs_neither_matplotlib_sacrebleu_nor_tensorflow_text():
     """Keras itself imports matplotlib when it is installed, so the core is
     shown not to need it: it runs with all three made unimportable."""
