@@ -1,12 +1,13 @@
-"""Encoder-only models (seeds 001 and 003): BERT's masked language model and a
-sequence classifier on top of a (pretrained) `Encoder`.
+"""Encoder-only models (the "[Pytorch] Transformer 구현하기" blog post's encoder, BERT as
+the lecture slides present it): BERT's masked language model and a sequence
+classifier on top of a (pretrained) `Encoder`.
 
-The encoder is this package's `Encoder` in BERT's configuration: token plus
-learned position plus segment embeddings, LayerNorm and dropout (seed 001's
-`Embeddings` block), then pre-LN layers with GELU. Pretraining fills in masked
+The encoder is this package's `Encoder` in a BERT-style configuration: token
+plus learned position plus segment embeddings, LayerNorm and dropout (the blog
+post's `Embeddings` block), then pre-LN layers with GELU. Pretraining fills in masked
 tokens (`MaskedLanguageModel`, its output tied to the token embeddings);
 fine-tuning puts a classifier on the `[CLS]` state or the mean of the token
-states (`SequenceClassifier`), starting from the pretrained encoder itself.
+states (`SequenceClassifier`), starting from the pretrained encoder's weights.
 
 Both models take `token_ids` `(B, S)`, or `(token_ids, segment_ids)`, or a
 dict with those keys; `<PAD>` (`pad_token_idx`) marks padding. Both run on
@@ -20,7 +21,7 @@ from keras_transformer import _config
 from keras_transformer._stack import Dropout, layer_norm
 from keras_transformer.encoder import Encoder
 
-# The BERT-style encoder options of seed 001: what `bert_encoder` sets unless told otherwise.
+# The blog post's BERT-style encoder options: what `bert_encoder` sets unless told otherwise.
 BERT_ENCODER_OPTIONS = {"norm_first": True, "activation": "gelu",
                         "position_encoding": "learned", "type_vocab_size": 2,
                         "embedding_layernorm": True}
@@ -29,11 +30,11 @@ BERT_ENCODER_OPTIONS = {"norm_first": True, "activation": "gelu",
 def bert_encoder(num_layers, d_model, num_heads, dff, input_vocab_size,
                  maximum_position_encoding, rate=0.1, pad_token_idx=0, name="encoder",
                  **options):
-    """An `Encoder` in the BERT-style configuration of seed 001.
+    """An `Encoder` in the blog post's BERT-style configuration.
 
     Token + learned position + segment embeddings with LayerNorm and dropout,
     then pre-LN layers with GELU; `options` override `BERT_ENCODER_OPTIONS`.
-    Unlike BERT itself, the layers are pre-LN (as in seed 001 and GPT-2;
+    Unlike BERT itself, the layers are pre-LN (as in the blog post and GPT-2;
     `norm_first=False` gives BERT's post-LN) and the token embeddings are
     scaled by sqrt(d_model), as in the tutorial's `Encoder`.
     The tutorial's `kargs` work: keys an encoder does not use are ignored.
@@ -75,7 +76,7 @@ def _ids_shape(input_shape):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLanguageModel(keras.Model):
-    """BERT's masked-language-model pretraining model (seed 003).
+    """BERT's masked-language-model pretraining model.
 
     An encoder in BERT's configuration (`bert_encoder`), then BERT's transform
     (Dense + GELU + LayerNorm) and an output projection tied to the token

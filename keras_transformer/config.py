@@ -162,9 +162,10 @@ class TrainConfig(RecipeConfig):
 
 @dataclasses.dataclass(frozen=True)
 class _EncoderConfig(RecipeConfig):
-    """What the encoder-only recipes share: the BERT-style encoder of seed 001
-    (learned positions, segment embeddings, LayerNorm on the embeddings, pre-LN
-    layers with GELU) with the tutorial's `kargs` names for its sizes.
+    """What the encoder-only recipes share: the BERT-style encoder of the
+    "[Pytorch] Transformer 구현하기" blog post (learned positions, segment
+    embeddings, LayerNorm on the embeddings, pre-LN layers with GELU) with the
+    tutorial's `kargs` names for its sizes.
 
     The defaults were chosen on ChatbotData's topic labels
     (`benchmarks/bench_classify.py`, `benchmarks/RESULTS.md`): a 4,000-token
