@@ -37,12 +37,7 @@ from keras_transformer.text.tokenizers import (
     load_vocabulary,
     tokenizer_from_config,
 )
-from keras_transformer.training import (
-    CustomSchedule,
-    MaskedAccuracy,
-    MaskedLoss,
-    default_learning_rate,
-)
+from keras_transformer.training import MaskedAccuracy, MaskedLoss, recipe_optimizer
 
 VOCAB_FILE = "vocabulary.txt"
 CONFUSION_PLOT = "confusion.png"
@@ -223,10 +218,8 @@ def _compile(model, config, loss, metrics):
     """AdamW (BERT's optimizer) with warm-up to `config.learning_rate` (`None`:
     the paper's peak for `d_model`, whatever the warm-up), then
     inverse-square-root decay (the paper's schedule)."""
-    peak = config.learning_rate or default_learning_rate(model.encoder.d_model)
-    optimizer = keras.optimizers.AdamW(
-        CustomSchedule(model.encoder.d_model, config.warmup_steps, peak),
-        weight_decay=0.01, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    optimizer = recipe_optimizer(model.encoder.d_model, config.warmup_steps,
+                                 config.learning_rate, weight_decay=0.01)
     model.compile(optimizer, loss=loss, metrics=metrics, jit_compile=config.jit_compile)
 
 

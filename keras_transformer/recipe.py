@@ -38,10 +38,10 @@ from keras_transformer.text.tokenizers import (
     tokenizer_from_config,
 )
 from keras_transformer.training import (
-    CustomSchedule,
     MaskedAccuracy,
     MaskedLoss,
     default_learning_rate,
+    recipe_optimizer,
 )
 from keras_transformer.transformer import Transformer
 from keras_transformer.translator import (
@@ -326,14 +326,11 @@ def _build_model(run):
         f"{config.warmup_steps} warm-up steps; dtype policy {run.policy}, "
         f"{run.strategy.num_replicas_in_sync} replica(s)", run.verbose)
     with run.strategy.scope():
+        optimizer = recipe_optimizer(config.d_model, config.warmup_steps, learning_rate)
         # Fp16 gets Keras' dynamic loss scaling from `compile` (its policy
         # is `mixed_float16`).
         model = Transformer(**kargs, dtype=run.policy)
         model.build(((None, None), (None, None)))
-        optimizer = keras.optimizers.Adam(
-            CustomSchedule(config.d_model, config.warmup_steps, learning_rate),
-            beta_1=0.9, beta_2=0.98, epsilon=1e-9,
-        )
         model.compile(
             optimizer,
             loss=MaskedLoss(label_smoothing=config.label_smoothing, pad_token_idx=target.pad_id),

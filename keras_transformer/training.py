@@ -83,6 +83,26 @@ def default_learning_rate(d_model):
     return (d_model * 4000) ** -0.5
 
 
+def recipe_optimizer(d_model, warmup_steps, learning_rate=None, weight_decay=None):
+    """The recipes' optimizer: the paper's Adam (beta_2 0.98, epsilon 1e-9) on
+    `CustomSchedule`, peaking at `learning_rate` after `warmup_steps` steps.
+
+    Args:
+        d_model: int. Model width.
+        warmup_steps: int. Steps of linear warm-up.
+        learning_rate: float. The peak. Defaults to `None`:
+            `default_learning_rate(d_model)`, whatever the warm-up.
+        weight_decay: float. With a value, AdamW with that decoupled weight
+            decay (BERT's optimizer). Defaults to `None`: Adam.
+    """
+    schedule = CustomSchedule(d_model, warmup_steps,
+                              learning_rate or default_learning_rate(d_model))
+    options = dict(beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    if weight_decay is None:
+        return keras.optimizers.Adam(schedule, **options)
+    return keras.optimizers.AdamW(schedule, weight_decay=weight_decay, **options)
+
+
 def _non_pad_mean(values, y_true, pad_token_idx, replica_share):
     """Mean of `values` `(B, T)` over the positions where `y_true` is not pad.
 

@@ -22,6 +22,20 @@ def test_custom_schedule_serialises():
     assert float(clone(5)) == float(schedule(5))
 
 
+def test_the_recipes_optimizer_is_the_papers_adam_peaking_where_asked():
+    from keras_transformer.training import default_learning_rate, recipe_optimizer
+
+    adam = recipe_optimizer(256, 400)
+    assert type(adam) is keras.optimizers.Adam
+    assert (adam.beta_1, adam.beta_2, adam.epsilon) == (0.9, 0.98, 1e-9)
+    schedule = adam.get_config()["learning_rate"]["config"]
+    assert schedule == {"d_model": 256, "warmup_steps": 400,
+                        "peak_learning_rate": default_learning_rate(256)}
+    adamw = recipe_optimizer(256, 400, learning_rate=1e-3, weight_decay=0.01)
+    assert type(adamw) is keras.optimizers.AdamW and adamw.weight_decay == 0.01
+    assert adamw.get_config()["learning_rate"]["config"]["peak_learning_rate"] == 1e-3
+
+
 def reference_loss(y_true, logits, smoothing):
     vocab = logits.shape[-1]
     log_probs = tf.nn.log_softmax(logits).numpy()
