@@ -158,8 +158,13 @@ def hub_model():
                 logits, hidden, cache = self.decode_with_cache(tokens, index - 1, cache)
                 return logits[:, 0], hidden[:, 0], cache
 
+            # `model=self`, as `BartSeq2SeqLM.generate` passes: on JAX the
+            # sampler's loop maps the model's variables to the compiled
+            # function's inputs; without it the loop reads the variables
+            # themselves, and `jax.jit` folds the weights in as constants.
             tokens = sampler(next, prompt, cache=cache, index=1,
-                             mask=ops.not_equal(prompt, 0), hidden_states=hidden[:, 0])
+                             mask=ops.not_equal(prompt, 0), hidden_states=hidden[:, 0],
+                             model=self)
             return tokens[:, 1:]
 
     return HubSeq2Seq()
