@@ -30,9 +30,11 @@ each. Every implementation runs in its own process:
 
 CTranslate2 and PyTorch use GNU OpenMP, whose spinning threads slow down when
 anything else runs on the cores; each peer runs with `OMP_WAIT_POLICY` PASSIVE
-and ACTIVE, CTranslate2 also with oneDNN capped at AVX2
-(`ONEDNN_MAX_CPU_ISA`; faster on this project's AMD EPYC), and the best is
-kept case by case. Figures: batch 1 greedy and beam 4 in
+and ACTIVE, and the best is kept case by case. CTranslate2 also runs with each
+of its matrix-product libraries (`CT2_GEMM`): its own choice (Intel MKL on an
+Intel CPU, oneDNN elsewhere), oneDNN (`CT2_USE_MKL=0`; 1.6-4x faster than MKL
+at batch 1 on an Intel Xeon with AMX), and oneDNN capped at AVX2
+(`ONEDNN_MAX_CPU_ISA`; faster on an AMD EPYC with AVX-512). Figures: batch 1 greedy and beam 4 in
 ms/token (each of `--sentences` sources decoded alone), batch 64 greedy in
 sentences/s; each the best of `--repeats` runs.
 
@@ -67,6 +69,12 @@ BEAM = 4
 VOCABULARY = ["<PAD>", "<SOS>", "<END>", "<UNK>"] + [f"t{i}" for i in range(4, VOCAB)]
 PACKAGES = ("tensorflow", "keras", "ctranslate2", "torch", "transformers")
 LEGACY_RUNTIME = "--xla_cpu_use_thunk_runtime=false"
+# CTranslate2's matrix-product libraries: its own choice (Intel MKL on an
+# Intel CPU, oneDNN elsewhere), oneDNN, and oneDNN capped at AVX2 (its AVX-512
+# kernels are the slower ones on some AVX-512 CPUs). Which is fastest depends
+# on the CPU, so each runs and the best is kept.
+CT2_GEMM = {"own choice": {}, "oneDNN": {"CT2_USE_MKL": "0"},
+            "oneDNN AVX2": {"CT2_USE_MKL": "0", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 
 
 def with_xla_flags(env, *flags):
@@ -373,17 +381,14 @@ def main(argv=None):
         print(f"ours SavedModel: {rows['ours SavedModel']['figures']}", flush=True)
         ct2_dir = os.path.join(tmp, "ct2")
         run_worker(["convert", model_path, ct2_dir])
-        # CTranslate2's matrix products are oneDNN's, whose AVX-512 kernels
-        # are the slower ones on some AVX-512 CPUs: it also runs capped at AVX2.
-        onednn_caps = ("native", "AVX2") if args.isa == "native" else (args.isa,)
+        gemms = CT2_GEMM if args.isa == "native" else {
+            name: gemm for name, gemm in CT2_GEMM.items() if "ONEDNN_MAX_CPU_ISA" not in gemm}
         for compute_type in ("float32", "int8"):
             for policy in ("PASSIVE", "ACTIVE"):
-                for cap in onednn_caps:
-                    peer_env = {**env, "OMP_WAIT_POLICY": policy}
-                    if cap != "native":
-                        peer_env["ONEDNN_MAX_CPU_ISA"] = cap
+                for gemm, gemm_env in gemms.items():
+                    peer_env = {**env, **gemm_env, "OMP_WAIT_POLICY": policy}
                     row = run_worker(["ctranslate2", ct2_dir, compute_type], peer_env)
-                    print(f"ctranslate2 {compute_type} {policy} oneDNN {cap}: {row['figures']}",
+                    print(f"ctranslate2 {compute_type} {policy} {gemm}: {row['figures']}",
                           flush=True)
                     rows.setdefault(f"ctranslate2 {compute_type}", []).append(row)
         for policy in ("PASSIVE", "ACTIVE"):
@@ -393,7 +398,7 @@ def main(argv=None):
         floor = run_worker(["floor", model_path], env)["figures"]
 
     for name, runs in rows.items():
-        if isinstance(runs, list):  # the best OMP_WAIT_POLICY (and oneDNN cap), case by case
+        if isinstance(runs, list):  # the best OMP_WAIT_POLICY (and library), case by case
             rows[name] = {"tokens": runs[0]["tokens"], "figures": {
                 key: (max if key.endswith("b64") else min)(r["figures"][key] for r in runs)
                 for key in runs[0]["figures"]}}
