@@ -15,6 +15,7 @@ it is the backend, so the core runs where TensorFlow is not installed.
 - `stateless_categorical`: a draw that depends only on `(seed, step)`.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
+- `joins_projections`: where self-attention's q/k/v products run as one.
 - `replica_token_count`: the token count of the whole global batch under a
   `tf.distribute` strategy.
 - `TrainerMixin`: TensorFlow's multi-worker `fit` workaround, nothing
@@ -137,6 +138,15 @@ def apart_from_bias(product):
     if None not in rows and math.prod(rows) == 1 and not tf.config.list_logical_devices("GPU"):
         return _compat.optimization_barrier(product)
     return product
+
+
+def joins_projections():
+    """Whether self-attention's three projections run as one product by the
+    joined kernels (`MultiHeadAttention`): on TensorFlow and JAX, whose
+    compilers join the kernels once, outside the decoding loop; eager PyTorch
+    would join them at every step, which costs more than it saves
+    (benchmarks/RESULTS.md)."""
+    return BACKEND != "torch"
 
 
 def xla_dropout(inputs, rate, seed_generator):

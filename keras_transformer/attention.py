@@ -20,10 +20,19 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import _config
+from keras_transformer import _backend, _config
 from keras_transformer._stack import Dense
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
+
+
+def _is_plain_dense(layer):
+    """Whether `layer` computes exactly `x @ kernel + bias`: this package's
+    `Dense`, not a subclass, float (not quantized), with a bias and no
+    activation. (A LoRA-enabled one is plain too: its `kernel` holds the
+    low-rank update.)"""
+    return (type(layer) is Dense and layer.quantization_mode is None and layer.use_bias
+            and layer.activation is keras.activations.linear)
 
 
 def _masked_softmax(logits, mask):
@@ -165,27 +174,30 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"cache_index={cache_index!r}, cache=None"
             )
         batch_size = ops.shape(q)[0]
-        query = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
-        if cache is None:
-            key = self.split_heads(self.wk(k), batch_size)  # (B, H, Tk, depth)
-            value = self.split_heads(self.wv(v), batch_size)  # (B, H, Tk, depth)
-        elif cache_index is None:
+        if cache is not None and cache_index is None:
+            # Cross-attention while decoding: keys and values projected once.
+            query = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
             key, value = cache["key"], cache["value"]  # (B, H, Tk, depth)
         else:
-            # One decoding step: the token's key and value written into the
-            # cache at `cache_index`.
-            k = q if k is None else k
-            v = k if v is None else v
-            start = [0, 0, cache_index, 0]
-            cache = {
-                "key": ops.slice_update(
-                    cache["key"], start, self.split_heads(self.wk(k), batch_size)
-                ),
-                "value": ops.slice_update(
-                    cache["value"], start, self.split_heads(self.wv(v), batch_size)
-                ),
-            }  # (B, H, L, depth) each
-            key, value = cache["key"], cache["value"]
+            if cache is not None:
+                k = q if k is None else k
+                v = k if v is None else v
+            if q is k and k is v:  # self-attention
+                query, key, value = self._project_self_attention(q)
+            else:
+                query, key, value = self.wq(q), self.wk(k), self.wv(v)
+            query = self.split_heads(query, batch_size)  # (B, H, Tq, depth)
+            key = self.split_heads(key, batch_size)  # (B, H, Tk, depth)
+            value = self.split_heads(value, batch_size)  # (B, H, Tk, depth)
+            if cache is not None:
+                # One decoding step: the token's key and value written into
+                # the cache at `cache_index`.
+                start = [0, 0, cache_index, 0]
+                cache = {
+                    "key": ops.slice_update(cache["key"], start, key),
+                    "value": ops.slice_update(cache["value"], start, value),
+                }  # (B, H, L, depth) each
+                key, value = cache["key"], cache["value"]
 
         scaled_attention, attention_weights = scaled_dot_product_attention(
             query, key, value, mask
@@ -198,6 +210,27 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is None:
             return output, attention_weights
         return output, attention_weights, cache
+
+    def _project_self_attention(self, x):
+        """`(wq(x), wk(x), wv(x))`, each `(B, T, d_model)`, in one matrix product.
+
+        The three kernels side by side `(d_model, 3 d_model)` take one product
+        instead of three, in training and decoding alike: while decoding XLA
+        joins the kernels once, outside the loop, and a beam-search step with
+        its 4-row products gets faster (benchmarks/RESULTS.md). Projections
+        that are not this package's float `Dense` (a subclass, a quantized
+        layer), and every projection on PyTorch (`_backend.joins_projections`),
+        are called one by one, as they are.
+        """
+        layers = (self.wq, self.wk, self.wv)
+        if not (_backend.joins_projections() and all(map(_is_plain_dense, layers))):
+            return tuple(layer(x) for layer in layers)
+        kernel = ops.concatenate(
+            [ops.cast(layer.kernel, x.dtype) for layer in layers], axis=1
+        )  # (d_model, 3 d_model)
+        bias = ops.concatenate([ops.cast(layer.bias, x.dtype) for layer in layers])
+        qkv = ops.add(_backend.apart_from_bias(ops.matmul(x, kernel)), bias)  # (B, T, 3 d_model)
+        return tuple(ops.split(qkv, 3, axis=-1))
 
     def compute_mask(self, v, previous_mask=None):
         return None

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer._stack import Dense
 
 
 def numpy_attention(q, k, v, mask):
@@ -127,3 +128,29 @@ def test_cache_index_without_a_cache_is_a_value_error():
     x = tf.random.normal((2, 1, 16))
     with pytest.raises(ValueError, match="`cache_index`.*Received: cache_index=.*cache=None"):
         mha(x, x, x, None, cache_index=tf.constant(0))
+
+
+class PlusOne(Dense):
+    """A projection that is not a plain `x @ kernel + bias`."""
+
+    def call(self, inputs, training=None):
+        return super().call(inputs) + 1.0
+
+
+@pytest.mark.parametrize("change", [None, "subclass", "int8"])
+def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(change):
+    # Self-attention (v, k and q one tensor) runs wq, wk and wv as one product
+    # by their joined kernels; given three tensors the layers are called one
+    # by one. Both agree, also when wq is a subclass or quantized: those are
+    # always called as they are, so a model decodes as it trains.
+    keras.utils.set_random_seed(5)
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
+    if change == "subclass":
+        mha.wq = PlusOne(16, name="wq")
+    x = tf.random.normal((2, 5, 16))
+    mha.build(x.shape)
+    if change == "int8":
+        mha.wq.quantize("int8")
+    joined, _ = mha(x, x, x, None)
+    one_by_one, _ = mha(tf.identity(x), tf.identity(x), x, None)
+    np.testing.assert_allclose(joined.numpy(), one_by_one.numpy(), atol=1e-5)

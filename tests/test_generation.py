@@ -204,8 +204,9 @@ def test_products_kept_apart_from_the_bias_decode_the_same_tokens(
                         lambda product: kept_apart.append(product) or barrier(product))
     expected = [[fresh_copy(model).generate(inp, method=method).numpy()
                  for method in ("greedy", "beam")] for model, inp in cases]
-    # Every projection of a traced batch-1 greedy step: 2 layers x 8, and the output.
-    assert len(kept_apart) == (3 * 17 if batch == 1 else 0)
+    # Every product of a traced batch-1 greedy step: 2 layers x 6 (self-attention's
+    # q, k and v joined in one), and the output.
+    assert len(kept_apart) == (3 * 13 if batch == 1 else 0)
     monkeypatch.setattr(_backend, "apart_from_bias", lambda product: product)
     for (model, inp), tokens in zip(cases, expected):
         copy = fresh_copy(model)
