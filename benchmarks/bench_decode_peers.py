@@ -32,11 +32,13 @@ CTranslate2 and PyTorch use GNU OpenMP, whose spinning threads slow down when
 anything else runs on the cores; each peer runs with `OMP_WAIT_POLICY` PASSIVE
 and ACTIVE, and the best is kept case by case. CTranslate2 also runs with each
 of its matrix-product libraries (`CT2_GEMM`): its own choice (Intel MKL on an
-Intel CPU, oneDNN elsewhere), oneDNN (`CT2_USE_MKL=0`; 1.6-4x faster than MKL
-at batch 1 on an Intel Xeon with AMX), and oneDNN capped at AVX2
-(`ONEDNN_MAX_CPU_ISA`; faster on an AMD EPYC with AVX-512). Figures: batch 1 greedy and beam 4 in
-ms/token (each of `--sentences` sources decoded alone), batch 64 greedy in
-sentences/s; each the best of `--repeats` runs.
+Intel CPU, oneDNN elsewhere), oneDNN (`CT2_USE_MKL=0`; 4x faster than MKL at
+batch 1 on an Intel Xeon with AMX), and oneDNN capped at AVX2
+(`ONEDNN_MAX_CPU_ISA`; faster on an AMD EPYC with AVX-512). Figures: batch 1
+greedy and beam 4 in ms/token (each of `--sentences` sources decoded alone),
+batch 64 greedy in sentences/s; each the best of `--repeats` runs. The rows
+run one after another: on a machine whose speed drifts, compare two of them
+in alternating runs of their workers (RESULTS.md does).
 
 `--isa AVX2` runs every worker as on a CPU without AVX-512: XLA:CPU, oneDNN,
 MKL and CTranslate2 are told to generate or pick AVX2 code at most

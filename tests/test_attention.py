@@ -107,7 +107,7 @@ def test_multi_head_attention_rejects_bad_sizes(kwargs, arg):
 
 def test_cached_decoding_steps_equal_a_masked_full_call():
     # One token at a time through the cache (its keys and values only, the
-    # token projected by the same Dense sub-layers as in training) gives what
+    # token projected as in training, by the layers' own kernels) gives what
     # the full causal call gives at every position.
     keras.utils.set_random_seed(3)
     mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
