@@ -143,9 +143,9 @@ def apart_from_bias(product):
 def joins_projections():
     """Whether self-attention's three projections run as one product by the
     joined kernels (`MultiHeadAttention`): on TensorFlow and JAX, whose
-    compilers join the kernels once, outside the decoding loop; eager PyTorch
-    would join them at every step, which costs more than it saves
-    (benchmarks/RESULTS.md)."""
+    compiled decoding loops (XLA, `jax.jit`, the defaults) join the kernels
+    once, outside the loop; eager PyTorch, the default there, would join them
+    at every step, which costs more than it saves (benchmarks/RESULTS.md)."""
     return BACKEND != "torch"
 
 

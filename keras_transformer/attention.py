@@ -26,13 +26,16 @@ from keras_transformer._stack import Dense
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
 
 
-def _is_plain_dense(layer):
-    """Whether `layer` computes exactly `x @ kernel + bias`: this package's
-    `Dense`, not a subclass, float (not quantized), with a bias and no
-    activation. (A LoRA-enabled one is plain too: its `kernel` holds the
-    low-rank update.)"""
-    return (type(layer) is Dense and layer.quantization_mode is None and layer.use_bias
-            and layer.activation is keras.activations.linear)
+def _is_plain_dense(layer, dtype_policy):
+    """Whether calling `layer` computes exactly `x @ kernel + bias` in
+    `dtype_policy`: this package's `Dense`, built, not a subclass and with no
+    `call` of its own, float (not quantized), with a bias, no activation and
+    no activity regularizer. (A LoRA-enabled one is plain too: its `kernel`
+    holds the low-rank update.)"""
+    return (type(layer) is Dense and "call" not in vars(layer) and layer.built
+            and layer.quantization_mode is None and layer.dtype_policy.name == dtype_policy.name
+            and layer.use_bias and layer.activation is keras.activations.linear
+            and layer.activity_regularizer is None)
 
 
 def _masked_softmax(logits, mask):
@@ -215,15 +218,22 @@ class MultiHeadAttention(keras.layers.Layer):
         """`(wq(x), wk(x), wv(x))`, each `(B, T, d_model)`, in one matrix product.
 
         The three kernels side by side `(d_model, 3 d_model)` take one product
-        instead of three, in training and decoding alike: while decoding XLA
-        joins the kernels once, outside the loop, and a beam-search step with
-        its 4-row products gets faster (benchmarks/RESULTS.md). Projections
-        that are not this package's float `Dense` (a subclass, a quantized
-        layer), and every projection on PyTorch (`_backend.joins_projections`),
-        are called one by one, as they are.
+        instead of three, in training and decoding alike. In a compiled
+        decoding loop (XLA, `jax.jit`) the kernels are joined once, outside
+        the loop, and a beam-search step with its 4-row products gets faster
+        (benchmarks/RESULTS.md); an uncompiled loop joins them at every step.
+        Projections that are not plain (see `_is_plain_dense`: a subclass, a
+        quantized layer), and every projection on PyTorch
+        (`_backend.joins_projections`), are called one by one, as they are.
+
+        `call` takes this path when `v`, `k` and `q` are one tensor. Keras
+        converts each argument on its own, so a NumPy input, or a float32 one
+        under a mixed policy, arrives as three tensors and is projected one by
+        one: the same result, without the joined product.
         """
         layers = (self.wq, self.wk, self.wv)
-        if not (_backend.joins_projections() and all(map(_is_plain_dense, layers))):
+        if not (_backend.joins_projections()
+                and all(_is_plain_dense(layer, self.dtype_policy) for layer in layers)):
             return tuple(layer(x) for layer in layers)
         kernel = ops.concatenate(
             [ops.cast(layer.kernel, x.dtype) for layer in layers], axis=1

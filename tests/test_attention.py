@@ -137,20 +137,56 @@ class PlusOne(Dense):
         return super().call(inputs) + 1.0
 
 
-@pytest.mark.parametrize("change", [None, "subclass", "int8"])
-def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(change):
+def count_dense_calls(monkeypatch):
+    """The names of the `Dense` layers whose `call` runs from now on."""
+    calls, call = [], Dense.call
+    monkeypatch.setattr(Dense, "call", lambda self, inputs, training=None: (
+        calls.append(self.name) or call(self, inputs, training)))
+    return calls
+
+
+@pytest.mark.parametrize("change", [None, "lora", "subclass", "own call", "int8"])
+def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(
+    change, monkeypatch
+):
     # Self-attention (v, k and q one tensor) runs wq, wk and wv as one product
-    # by their joined kernels; given three tensors the layers are called one
-    # by one. Both agree, also when wq is a subclass or quantized: those are
-    # always called as they are, so a model decodes as it trains.
+    # by their joined kernels (a LoRA update included); given three tensors the
+    # layers are called one by one. Both agree. A projection that is not plain
+    # (a subclass, a `call` of its own, a quantized layer) is always called as
+    # it is, so a model decodes as it trains.
     keras.utils.set_random_seed(5)
     mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
     if change == "subclass":
         mha.wq = PlusOne(16, name="wq")
     x = tf.random.normal((2, 5, 16))
     mha.build(x.shape)
-    if change == "int8":
+    before, _ = mha(x, x, x, None)
+    if change == "lora":
+        mha.wq.enable_lora(2)
+        mha.wq.lora_kernel_b.assign(np.ones((2, 16), "float32"))
+    elif change == "own call":
+        mha.wq.call = lambda inputs, training=None: Dense.call(mha.wq, inputs) * 2.0
+    elif change == "int8":
         mha.wq.quantize("int8")
+    calls = count_dense_calls(monkeypatch)
     joined, _ = mha(x, x, x, None)
+    joined_calls = list(calls)
     one_by_one, _ = mha(tf.identity(x), tf.identity(x), x, None)
     np.testing.assert_allclose(joined.numpy(), one_by_one.numpy(), atol=1e-5)
+    if change in (None, "lora"):
+        assert joined_calls == ["dense"]  # q, k and v in one product
+    if change in ("lora", "own call", "int8"):
+        assert np.abs(joined.numpy() - before.numpy()).max() > 1e-3
+
+
+def test_joined_projections_under_mixed_bfloat16(monkeypatch):
+    keras.utils.set_random_seed(6)
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4, dtype="mixed_bfloat16")
+    x = tf.cast(tf.random.normal((2, 5, 16)), "bfloat16")
+    mha.build(x.shape)
+    calls = count_dense_calls(monkeypatch)
+    joined, _ = mha(x, x, x, None)
+    assert calls == ["dense"] and joined.dtype == "bfloat16"
+    one_by_one, _ = mha(tf.identity(x), tf.identity(x), x, None)
+    np.testing.assert_allclose(tf.cast(joined, "float32").numpy(),
+                               tf.cast(one_by_one, "float32").numpy(), atol=2e-2)
