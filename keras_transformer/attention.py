@@ -12,6 +12,8 @@ Deviations from the tutorial, all invisible to its users:
   float32, so half precision never overflows and a fully masked row gives
   uniform weights, not NaN;
 - the queries are scaled before `Q K^T` (fewer multiplications, same result);
+- self-attention projects q, k and v in one product by the three kernels side
+  by side (same result, faster decoding; see `_project_self_attention`);
 - `MultiHeadAttention` owns an optional decoding cache of keys and values
   (see `call`).
 """
