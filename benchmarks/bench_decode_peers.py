@@ -71,10 +71,7 @@ BEAM = 4
 VOCABULARY = ["<PAD>", "<SOS>", "<END>", "<UNK>"] + [f"t{i}" for i in range(4, VOCAB)]
 PACKAGES = ("tensorflow", "keras", "ctranslate2", "torch", "transformers")
 LEGACY_RUNTIME = "--xla_cpu_use_thunk_runtime=false"
-# CTranslate2's matrix-product libraries: its own choice (Intel MKL on an
-# Intel CPU, oneDNN elsewhere), oneDNN, and oneDNN capped at AVX2 (its AVX-512
-# kernels are the slower ones on some AVX-512 CPUs). Which is fastest depends
-# on the CPU, so each runs and the best is kept.
+# CTranslate2's matrix-product libraries, each tried (see the docstring).
 CT2_GEMM = {"own choice": {}, "oneDNN": {"CT2_USE_MKL": "0"},
             "oneDNN AVX2": {"CT2_USE_MKL": "0", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 

@@ -36,20 +36,29 @@ class Dropout(keras.layers.Dropout):
         return super().call(inputs, training=training)
 
 
+def affine(x, kernel, bias):
+    """`x @ kernel + bias`, the product kept apart from the bias add where that
+    is faster (`_backend.apart_from_bias`): `Dense` and the joined projections
+    of `MultiHeadAttention`."""
+    return ops.add(_backend.apart_from_bias(ops.matmul(x, kernel)), bias)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dense(keras.layers.Dense):
     """`keras.layers.Dense`, with its one-row product kept apart from the bias
     add under TensorFlow's XLA:CPU, where that is faster (`_backend.apart_from_bias`:
     batch-1 decoding). Elsewhere, and on the JAX and PyTorch backends, this is
-    exactly the Keras layer (`call` is Keras 3.15's with the one line added);
+    exactly the Keras layer (`call` is Keras 3.15's, its product and bias add
+    in `affine`);
     `quantize` quantizes it as a `keras.layers.Dense`, and a quantized layer
     runs Keras' own `quantized_call`.
     """
 
     def call(self, inputs, training=None):
-        x = ops.matmul(inputs, self.kernel)
-        if self.bias is not None:
-            x = ops.add(_backend.apart_from_bias(x), self.bias)
+        if self.bias is None:
+            x = ops.matmul(inputs, self.kernel)
+        else:
+            x = affine(inputs, self.kernel, self.bias)
         if self.activation is not None:
             x = self.activation(x)
         return x

@@ -23,7 +23,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _backend, _config
-from keras_transformer._stack import Dense
+from keras_transformer._stack import Dense, affine
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
 
@@ -241,7 +241,7 @@ class MultiHeadAttention(keras.layers.Layer):
             [ops.cast(layer.kernel, x.dtype) for layer in layers], axis=1
         )  # (d_model, 3 d_model)
         bias = ops.concatenate([ops.cast(layer.bias, x.dtype) for layer in layers])
-        qkv = ops.add(_backend.apart_from_bias(ops.matmul(x, kernel)), bias)  # (B, T, 3 d_model)
+        qkv = affine(x, kernel, bias)  # (B, T, 3 d_model)
         return tuple(ops.split(qkv, 3, axis=-1))
 
     def compute_mask(self, v, previous_mask=None):
