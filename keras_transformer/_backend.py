@@ -12,6 +12,7 @@ it is the backend, so the core runs where TensorFlow is not installed.
 - `compile_decoding`: the compiled decoding loop: `tf.function` (with XLA on
   request), `jax.jit` over the model's variables, PyTorch without gradients
   (eager, or `torch.compile` on request).
+- `argmax`: the arg-max over the last axis, without Keras's pass for -0.0.
 - `stateless_categorical`: a draw that depends only on `(seed, step)`.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
@@ -95,6 +96,23 @@ def compile_decoding(model, fn, jit_compile):
             return fn(*args)
 
     return torch.compile(without_gradients) if jit_compile else without_gradients
+
+
+def argmax(x):
+    """int32 index of the largest value along the last axis of `x`.
+
+    `keras.ops.argmax` on TensorFlow, and on JAX on a CPU, first replaces
+    every -0.0 by the smallest negative float (a fix for a flush-to-zero
+    case), a few more passes over `x`: over a training batch's logits
+    `(B, T, V)` that was 2% of a training step on TensorFlow
+    (benchmarks/RESULTS.md). Logits gain nothing from it: only a row whose
+    largest values are -0.0 and +0.0 can differ (here the first wins).
+    """
+    if BACKEND == "tensorflow":
+        return tf.argmax(x, axis=-1, output_type=tf.int32)
+    if BACKEND == "jax":
+        return jax.numpy.argmax(x, axis=-1).astype("int32")
+    return keras.ops.cast(keras.ops.argmax(x, axis=-1), "int32")  # torch: no extra pass
 
 
 def stateless_categorical(logits, seed, step):

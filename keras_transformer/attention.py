@@ -12,8 +12,9 @@ Deviations from the tutorial, all invisible to its users:
   float32, so half precision never overflows and a fully masked row gives
   uniform weights, not NaN;
 - the queries are scaled before `Q K^T` (fewer multiplications, same result);
-- self-attention projects q, k and v in one product by the three kernels side
-  by side (same result, faster decoding; see `_project_self_attention`);
+- a self-attention decoding step projects its token's q, k and v in one
+  product by the three kernels side by side (same result, faster; see
+  `_project_self_attention`);
 - `MultiHeadAttention` owns an optional decoding cache of keys and values
   (see `call`).
 """
@@ -187,7 +188,7 @@ class MultiHeadAttention(keras.layers.Layer):
             if cache is not None:
                 k = q if k is None else k
                 v = k if v is None else v
-            if q is k and k is v:  # self-attention
+            if cache is not None and q is k and k is v:  # a self-attention decoding step
                 query, key, value = self._project_self_attention(q)
             else:
                 query, key, value = self.wq(q), self.wk(k), self.wv(v)
@@ -220,15 +221,18 @@ class MultiHeadAttention(keras.layers.Layer):
         """`(wq(x), wk(x), wv(x))`, each `(B, T, d_model)`, in one matrix product.
 
         The three kernels side by side `(d_model, 3 d_model)` take one product
-        instead of three, in training and decoding alike. In a compiled
-        decoding loop (XLA, `jax.jit`) the kernels are joined once, outside
-        the loop, and a beam-search step with its 4-row products gets faster
-        (benchmarks/RESULTS.md); an uncompiled loop joins them at every step.
+        instead of three in a decoding step. In a compiled decoding loop (XLA,
+        `jax.jit`) the kernels are joined once per call, outside the loop, and
+        the steps get faster (benchmarks/RESULTS.md); an uncompiled loop joins
+        them at every step. Training and the encoder call the three layers:
+        there the copy of the kernels at every call (and the split of their
+        gradient) costs more than the one product saves.
         Projections that are not plain (see `_is_plain_dense`: a subclass, a
         quantized layer), and every projection on PyTorch
         (`_backend.joins_projections`), are called one by one, as they are.
 
-        `call` takes this path when `v`, `k` and `q` are one tensor. Keras
+        `call` takes this path in a step with `cache` and `cache_index` when
+        `v`, `k` and `q` are one tensor (or `v` and `k` are `None`). Keras
         converts each argument on its own, so a NumPy input, or a float32 one
         under a mixed policy, arrives as three tensors and is projected one by
         one: the same result, without the joined product.

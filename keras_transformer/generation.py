@@ -230,7 +230,7 @@ def greedy_search(
     if choose_fn is None:
 
         def choose_fn(logits, index):
-            return ops.cast(ops.argmax(logits, axis=-1), "int32")
+            return _backend.argmax(logits)
 
     collect = weight_buffers is not None
     tokens = ops.full((batch_size, max_length), pad_token_idx, "int32")

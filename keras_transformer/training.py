@@ -193,7 +193,7 @@ def masked_accuracy(y_true, y_pred, pad_token_idx=0):
         Scalar float32 accuracy.
     """
     y_true = ops.cast(y_true, "int32")
-    predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+    predicted = _backend.argmax(y_pred)
     return _non_pad_mean(ops.cast(ops.equal(y_true, predicted), "float32"), y_true,
                          pad_token_idx, replica_share=False)
 

@@ -145,22 +145,29 @@ def count_dense_calls(monkeypatch):
     return calls
 
 
+def decoding_step(mha, v, k, q):
+    """`(output, cache)` of one cached self-attention step at position 1."""
+    output, _, cache = mha(v, k, q, None, cache=mha.init_cache(q.shape[0], 3),
+                           cache_index=tf.constant(1))
+    return output, cache
+
+
 @pytest.mark.parametrize("change", [None, "lora", "subclass", "own call", "int8"])
 def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(
     change, monkeypatch
 ):
-    # Self-attention (v, k and q one tensor) runs wq, wk and wv as one product
-    # by their joined kernels (a LoRA update included); given three tensors the
-    # layers are called one by one. Both agree. A projection that is not plain
-    # (a subclass, a `call` of its own, a quantized layer) is always called as
-    # it is, so a model decodes as it trains.
+    # A self-attention decoding step (v, k and q one tensor) runs wq, wk and wv
+    # as one product by their joined kernels (a LoRA update included); given
+    # three tensors the layers are called one by one. Both agree. A projection
+    # that is not plain (a subclass, a `call` of its own, a quantized layer) is
+    # always called as it is, so a model decodes as it trains.
     keras.utils.set_random_seed(5)
     mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
     if change == "subclass":
         mha.wq = PlusOne(16, name="wq")
-    x = tf.random.normal((2, 5, 16))
+    x = tf.random.normal((2, 1, 16))
     mha.build(x.shape)
-    before, _ = mha(x, x, x, None)
+    before, _ = decoding_step(mha, x, x, x)
     if change == "lora":
         mha.wq.enable_lora(2)
         mha.wq.lora_kernel_b.assign(np.ones((2, 16), "float32"))
@@ -169,24 +176,37 @@ def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(
     elif change == "int8":
         mha.wq.quantize("int8")
     calls = count_dense_calls(monkeypatch)
-    joined, _ = mha(x, x, x, None)
+    joined, joined_cache = decoding_step(mha, x, x, x)
     joined_calls = list(calls)
-    one_by_one, _ = mha(tf.identity(x), tf.identity(x), x, None)
+    one_by_one, cache = decoding_step(mha, tf.identity(x), tf.identity(x), x)
     np.testing.assert_allclose(joined.numpy(), one_by_one.numpy(), atol=1e-5)
+    for name in ("key", "value"):
+        np.testing.assert_allclose(joined_cache[name].numpy(), cache[name].numpy(), atol=1e-5)
     if change in (None, "lora"):
         assert joined_calls == ["dense"]  # q, k and v in one product
     if change in ("lora", "own call", "int8"):
         assert np.abs(joined.numpy() - before.numpy()).max() > 1e-3
 
 
+def test_self_attention_without_a_cache_calls_the_three_projections(monkeypatch):
+    # Training and the encoder: joining the kernels at every call costs more
+    # than the one product saves, so wq, wk and wv are called as they are.
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
+    x = tf.random.normal((2, 5, 16))
+    mha.build(x.shape)
+    calls = count_dense_calls(monkeypatch)
+    mha(x, x, x, None)
+    assert calls == ["wq", "wk", "wv", "dense"]
+
+
 def test_joined_projections_under_mixed_bfloat16(monkeypatch):
     keras.utils.set_random_seed(6)
     mha = kt.MultiHeadAttention(d_model=16, num_heads=4, dtype="mixed_bfloat16")
-    x = tf.cast(tf.random.normal((2, 5, 16)), "bfloat16")
+    x = tf.cast(tf.random.normal((2, 1, 16)), "bfloat16")
     mha.build(x.shape)
     calls = count_dense_calls(monkeypatch)
-    joined, _ = mha(x, x, x, None)
+    joined, _ = decoding_step(mha, x, x, x)
     assert calls == ["dense"] and joined.dtype == "bfloat16"
-    one_by_one, _ = mha(tf.identity(x), tf.identity(x), x, None)
+    one_by_one, _ = decoding_step(mha, tf.identity(x), tf.identity(x), x)
     np.testing.assert_allclose(tf.cast(joined, "float32").numpy(),
                                tf.cast(one_by_one, "float32").numpy(), atol=2e-2)
