@@ -1,0 +1,164 @@
+"""Our core against older commits of it, in one process, call by call.
+
+    python benchmarks/bench_against.py REV [REV ...] [--cases train,g1,b1,g64]
+                                       [--rounds 30]
+
+These machines' speed drifts by 20-30% over minutes, so a ratio between
+separate processes (`bench_backends.py --against`) cannot show a change of a
+few percent. Here each revision's `keras_transformer/` is copied out of git
+and imported into this one process under its own name
+(`keras_transformer_<rev>`), every model gets the current tree's weights, and
+the calls take turns: each round runs every revision once, in alternating
+order. A revision's figure is the median over the rounds of its time divided
+by the current tree's time in the same round (> 1: slower than the current
+tree), with the median time itself beside it. With the tree committed, add
+`HEAD` as an A/A control: the same code, so its distance from 1 is the
+method's own spread (within 1% over 40 rounds on an Intel Xeon).
+
+Cases, the tutorial's configuration (2 layers, d_model 512, 8 heads, dff 2048,
+vocabulary 8000), fp32, default arguments, TensorFlow unless `KERAS_BACKEND`
+says otherwise (and every revision runs on it):
+- `train`: one `train_on_batch` (batch 64, source and target length 25, the
+  paper's Adam, `masked_loss`, `masked_accuracy`);
+- `g1`, `b1`, `g64`: `generate` at batch 1 greedy, batch 1 beam 4 and batch
+  64 greedy, 24 new tokens from sources of length 25 (the output biases of
+  `<PAD>`, `<SOS>` and `<END>` at -1e4, so no row stops early); the tokens of
+  every revision are asserted equal.
+"""
+
+import argparse
+import importlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from machine import describe  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+CONFIG = dict(num_layers=2, d_model=512, num_heads=8, dff=2048, input_vocab_size=8000,
+              target_vocab_size=8000, maximum_position_encoding=25)
+BATCH, SRC_LEN, NEW_TOKENS = 64, 25, 24
+CASES = {"train": None, "g1": ("greedy", 1), "b1": ("beam", 1), "g64": ("greedy", 64)}
+
+
+def import_revision(rev, into):
+    """`keras_transformer` as of git revision `rev`, imported as `keras_transformer_<rev>`."""
+    name = "keras_transformer_" + re.sub(r"\W", "_", rev)
+    source = os.path.join(into, name + "_source")
+    os.makedirs(source)
+    archive = os.path.join(source, "package.tar")
+    subprocess.run(["git", "-C", ROOT, "archive", "-o", archive, rev, "keras_transformer"],
+                   check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(source, filter="data")
+    package = os.path.join(into, name)
+    os.rename(os.path.join(source, "keras_transformer"), package)
+    for folder, _, files in os.walk(package):
+        for file in (f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, file)
+            with open(path, encoding="utf-8") as f:
+                text = re.sub(r"\bkeras_transformer\b", name, f.read())
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+    if into not in sys.path:
+        sys.path.insert(0, into)
+    return importlib.import_module(name)
+
+
+def build(kt, weights=None):
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer(**CONFIG, rate=0.1)
+    model.build(((None, SRC_LEN), (None, SRC_LEN)))
+    if weights is None:
+        bias = keras.ops.convert_to_numpy(model.final_layer.bias)
+        bias[[0, 1, 2]] = -1e4  # <PAD>, <SOS>, <END>: every row decodes 24 tokens
+        model.final_layer.bias.assign(bias)
+    else:
+        model.set_weights(weights)
+    return model
+
+
+def case_fn(kt, model, case):
+    """The zero-argument call that `case` times, and what it returns for the check."""
+    rng = np.random.default_rng(0)
+    if case == "train":
+        inp, dec_in, dec_out = (rng.integers(3, CONFIG["input_vocab_size"], (BATCH, SRC_LEN))
+                                .astype("int32") for _ in range(3))
+        model.compile(keras.optimizers.Adam(kt.CustomSchedule(CONFIG["d_model"]), beta_1=0.9,
+                                            beta_2=0.98, epsilon=1e-9),
+                      loss=kt.masked_loss, metrics=[kt.masked_accuracy])
+        return lambda: model.train_on_batch((inp, dec_in), dec_out)
+    method, batch = CASES[case]
+    ids = rng.integers(4, CONFIG["input_vocab_size"], (batch, SRC_LEN)).astype("int32")
+    options = dict(method=method, beam_size=4) if method == "beam" else dict(method=method)
+    return lambda: keras.ops.convert_to_numpy(
+        model.generate(ids, max_length=NEW_TOKENS, **options))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("revs", nargs="+", help="git revisions to compare with the tree")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args(argv)
+    cases = args.cases.split(",")
+    print(describe(("tensorflow", "keras", "jax", "torch")), flush=True)
+    print(f"backend {keras.backend.backend()}; {args.rounds} rounds; "
+          f"command: python benchmarks/bench_against.py {' '.join(sys.argv[1:])}", flush=True)
+
+    import keras_transformer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        packages = [("tree", keras_transformer)]
+        packages += [(rev, import_revision(rev, tmp)) for rev in args.revs]
+        reference = build(keras_transformer)
+        weights = reference.get_weights()
+        calls = {}
+        for label, kt in packages:
+            model = reference if kt is keras_transformer else build(kt, weights)
+            for case in cases:
+                fn = case_fn(kt, build(kt, weights) if case == "train" else model, case)
+                fn()  # trace and compile
+                result = fn()
+                if case != "train" and label != "tree":
+                    np.testing.assert_array_equal(
+                        result, calls["tree", case][1],
+                        err_msg=f"{label} decodes other tokens ({case}): are its weights "
+                                "in the same order?")
+                calls[label, case] = (fn, result)
+
+        seconds = {key: [] for key in calls}
+        for round_ in range(args.rounds):
+            order = packages if round_ % 2 == 0 else packages[::-1]
+            for case in cases:
+                for label, _ in order:
+                    start = time.perf_counter()
+                    calls[label, case][0]()
+                    seconds[label, case].append(time.perf_counter() - start)
+
+    for case in cases:
+        tree = np.array(seconds["tree", case])
+        figures = []
+        for label, _ in packages:
+            times = np.array(seconds[label, case])
+            median = np.median(times)
+            figure = (f"{median * 1e3:.0f} ms/step" if case == "train" else
+                      f"{CASES[case][1] / median:.1f} sentences/s" if case == "g64" else
+                      f"{median / NEW_TOKENS * 1e3:.3f} ms/token")
+            figures.append(f"{label}: {figure}, time ratio {np.median(times / tree):.3f}")
+        print(f"{case:6s} " + " | ".join(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
