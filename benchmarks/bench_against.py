@@ -13,7 +13,8 @@ order. A revision's figure is the median over the rounds of its time divided
 by the current tree's time in the same round (> 1: slower than the current
 tree), with the median time itself beside it. With the tree committed, add
 `HEAD` as an A/A control: the same code, so its distance from 1 is the
-method's own spread (within 1% over 40 rounds on an Intel Xeon).
+method's own spread (within 2% on an Intel Xeon: each model's place in
+memory is worth that much).
 
 Cases, the tutorial's configuration (2 layers, d_model 512, 8 heads, dff 2048,
 vocabulary 8000), fp32, default arguments, TensorFlow unless `KERAS_BACKEND`
@@ -60,8 +61,8 @@ def import_revision(rev, into):
     archive = os.path.join(source, "package.tar")
     subprocess.run(["git", "-C", ROOT, "archive", "-o", archive, rev, "keras_transformer"],
                    check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(source, filter="data")
+    with tarfile.open(archive) as tar:  # our own repository's files
+        tar.extractall(source)
     package = os.path.join(into, name)
     os.rename(os.path.join(source, "keras_transformer"), package)
     for folder, _, files in os.walk(package):
@@ -113,6 +114,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args(argv)
     cases = args.cases.split(",")
+    revs = list(dict.fromkeys(args.revs))
     print(describe(("tensorflow", "keras", "jax", "torch")), flush=True)
     print(f"backend {keras.backend.backend()}; {args.rounds} rounds; "
           f"command: python benchmarks/bench_against.py {' '.join(sys.argv[1:])}", flush=True)
@@ -121,7 +123,7 @@ def main(argv=None):
 
     with tempfile.TemporaryDirectory() as tmp:
         packages = [("tree", keras_transformer)]
-        packages += [(rev, import_revision(rev, tmp)) for rev in args.revs]
+        packages += [(rev, import_revision(rev, tmp)) for rev in revs]
         reference = build(keras_transformer)
         weights = reference.get_weights()
         calls = {}

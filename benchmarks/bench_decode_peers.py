@@ -409,7 +409,9 @@ def main(argv=None):
             row = run_worker(["marian"], env={**env, "OMP_WAIT_POLICY": policy})
             print(f"marian {policy}: {row['figures']}", flush=True)
             rows.setdefault("marian", []).append(row)
-        floor = run_worker(["floor", model_path], env)["figures"]
+        threads = {name: str(THREADS) for name in
+                   ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+        floor = run_worker(["floor", model_path], {**env, **threads})["figures"]
 
     for name, runs in rows.items():
         if isinstance(runs, list):  # the best OMP_WAIT_POLICY (and library), case by case

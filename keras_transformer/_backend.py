@@ -106,13 +106,14 @@ def argmax(x):
     case), a few more passes over `x`: over a training batch's logits
     `(B, T, V)` that was 2% of a training step on TensorFlow
     (benchmarks/RESULTS.md). Logits gain nothing from it: only a row whose
-    largest values are -0.0 and +0.0 can differ (here the first wins).
+    largest values are -0.0 and +0.0 can differ (here they tie, and on a CPU
+    the first wins).
     """
     if BACKEND == "tensorflow":
         return tf.argmax(x, axis=-1, output_type=tf.int32)
     if BACKEND == "jax":
         return jax.numpy.argmax(x, axis=-1).astype("int32")
-    return keras.ops.cast(keras.ops.argmax(x, axis=-1), "int32")  # torch: no extra pass
+    return keras.ops.argmax(x, axis=-1)  # torch: int32, no extra pass
 
 
 def stateless_categorical(logits, seed, step):
