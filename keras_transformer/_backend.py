@@ -16,7 +16,7 @@ it is the backend, so the core runs where TensorFlow is not installed.
 - `stateless_categorical`: a draw that depends only on `(seed, step)`.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
-- `joins_projections`: where self-attention's q/k/v products run as one.
+- `joins_projections`: where a decoding step's q/k/v products run as one.
 - `replica_token_count`: the token count of the whole global batch under a
   `tf.distribute` strategy.
 - `TrainerMixin`: TensorFlow's multi-worker `fit` workaround, nothing
@@ -159,13 +159,18 @@ def apart_from_bias(product):
     return product
 
 
-def joins_projections():
-    """Whether self-attention's three projections run as one product by the
-    joined kernels (`MultiHeadAttention`): on TensorFlow and JAX, whose
-    compiled decoding loops (XLA, `jax.jit`, the defaults) join the kernels
-    once, outside the loop; eager PyTorch, the default there, would join them
-    at every step, which costs more than it saves (benchmarks/RESULTS.md)."""
-    return BACKEND != "torch"
+def joins_projections(x):
+    """Whether a decoding step's three self-attention projections of `x` run
+    as one product by the joined kernels (`MultiHeadAttention`): only where a
+    compiler sees the whole decoding loop and joins the kernels once, outside
+    it: XLA on TensorFlow (`jit_compile=True`, the default) and on JAX, whose
+    `while_loop` compiles its body even without `jax.jit`. A loop run step by
+    step (a TensorFlow graph, as in an exported SavedModel; PyTorch) would
+    join them at every step, which costs more than it saves (13% of a batch-1
+    step in a TensorFlow graph, benchmarks/RESULTS.md)."""
+    if BACKEND == "tensorflow":
+        return in_xla_context()
+    return BACKEND == "jax" and concrete(x) is None  # traced: inside a compiled loop
 
 
 def xla_dropout(inputs, rate, seed_generator):

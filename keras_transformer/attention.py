@@ -221,15 +221,15 @@ class MultiHeadAttention(keras.layers.Layer):
         """`(wq(x), wk(x), wv(x))`, each `(B, T, d_model)`, in one matrix product.
 
         The three kernels side by side `(d_model, 3 d_model)` take one product
-        instead of three in a decoding step. In a compiled decoding loop (XLA,
-        `jax.jit`) the kernels are joined once per call, outside the loop, and
-        the steps get faster (benchmarks/RESULTS.md); an uncompiled loop joins
-        them at every step. Training and the encoder call the three layers:
-        there the copy of the kernels at every call (and the split of their
-        gradient) costs more than the one product saves.
-        Projections that are not plain (see `_is_plain_dense`: a subclass, a
-        quantized layer), and every projection on PyTorch
-        (`_backend.joins_projections`), are called one by one, as they are.
+        instead of three in a step of a compiled decoding loop (XLA, `jax.jit`,
+        the defaults on TensorFlow and JAX), which joins the kernels once per
+        call, outside the loop: the steps get faster (benchmarks/RESULTS.md).
+        Everywhere else the three layers are called: in a loop run step by
+        step (`_backend.joins_projections`), in training and in the encoder,
+        where the copy of the kernels at every call (and the split of their
+        gradient) would cost more than the one product saves, and for
+        projections that are not plain (see `_is_plain_dense`: a subclass, a
+        quantized layer).
 
         `call` takes this path in a step with `cache` and `cache_index` when
         `v`, `k` and `q` are one tensor (or `v` and `k` are `None`). Keras
@@ -238,7 +238,7 @@ class MultiHeadAttention(keras.layers.Layer):
         one: the same result, without the joined product.
         """
         layers = (self.wq, self.wk, self.wv)
-        if not (_backend.joins_projections()
+        if not (_backend.joins_projections(x)
                 and all(_is_plain_dense(layer, self.dtype_policy) for layer in layers)):
             return tuple(layer(x) for layer in layers)
         kernel = ops.concatenate(

@@ -145,11 +145,19 @@ def count_dense_calls(monkeypatch):
     return calls
 
 
-def decoding_step(mha, v, k, q):
-    """`(output, cache)` of one cached self-attention step at position 1."""
-    output, _, cache = mha(v, k, q, None, cache=mha.init_cache(q.shape[0], 3),
-                           cache_index=tf.constant(1))
-    return output, cache
+def decoding_step(mha, x, one_by_one=False):
+    """`(output, cache)` of one cached self-attention step of `x` at position 1,
+    compiled by XLA as the decoding loop is (traced anew at every call); with
+    `one_by_one`, `v`, `k` and `q` are three tensors."""
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        v, k = (tf.identity(x), tf.identity(x)) if one_by_one else (x, x)
+        output, _, cache = mha(v, k, x, None, cache=mha.init_cache(x.shape[0], 3),
+                               cache_index=tf.constant(1))
+        return output, cache
+
+    return step(x)
 
 
 @pytest.mark.parametrize("change", [None, "lora", "subclass", "own call", "int8"])
@@ -167,7 +175,7 @@ def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(
         mha.wq = PlusOne(16, name="wq")
     x = tf.random.normal((2, 1, 16))
     mha.build(x.shape)
-    before, _ = decoding_step(mha, x, x, x)
+    before, _ = decoding_step(mha, x)
     if change == "lora":
         mha.wq.enable_lora(2)
         mha.wq.lora_kernel_b.assign(np.ones((2, 16), "float32"))
@@ -176,9 +184,9 @@ def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(
     elif change == "int8":
         mha.wq.quantize("int8")
     calls = count_dense_calls(monkeypatch)
-    joined, joined_cache = decoding_step(mha, x, x, x)
+    joined, joined_cache = decoding_step(mha, x)
     joined_calls = list(calls)
-    one_by_one, cache = decoding_step(mha, tf.identity(x), tf.identity(x), x)
+    one_by_one, cache = decoding_step(mha, x, one_by_one=True)
     np.testing.assert_allclose(joined.numpy(), one_by_one.numpy(), atol=1e-5)
     for name in ("key", "value"):
         np.testing.assert_allclose(joined_cache[name].numpy(), cache[name].numpy(), atol=1e-5)
@@ -206,8 +214,8 @@ def test_joined_projections_under_mixed_bfloat16(monkeypatch):
     x = tf.cast(tf.random.normal((2, 1, 16)), "bfloat16")
     mha.build(x.shape)
     calls = count_dense_calls(monkeypatch)
-    joined, _ = decoding_step(mha, x, x, x)
+    joined, _ = decoding_step(mha, x)
     assert calls == ["dense"] and joined.dtype == "bfloat16"
-    one_by_one, _ = decoding_step(mha, tf.identity(x), tf.identity(x), x)
+    one_by_one, _ = decoding_step(mha, x, one_by_one=True)
     np.testing.assert_allclose(tf.cast(joined, "float32").numpy(),
                                tf.cast(one_by_one, "float32").numpy(), atol=2e-2)
