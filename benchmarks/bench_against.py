@@ -16,15 +16,14 @@ tree), with the median time itself beside it. With the tree committed, add
 method's own spread (within 2% on an Intel Xeon: each model's place in
 memory is worth that much).
 
-Cases, the tutorial's configuration (2 layers, d_model 512, 8 heads, dff 2048,
-vocabulary 8000), fp32, default arguments, TensorFlow unless `KERAS_BACKEND`
-says otherwise (and every revision runs on it):
+Cases, on the model and sources of `bench_decode_peers.py` (the tutorial's
+configuration, vocabulary 8000, fp32), default arguments, TensorFlow unless
+`KERAS_BACKEND` says otherwise (and every revision runs on it):
 - `train`: one `train_on_batch` (batch 64, source and target length 25, the
   paper's Adam, `masked_loss`, `masked_accuracy`);
 - `g1`, `b1`, `g64`: `generate` at batch 1 greedy, batch 1 beam 4 and batch
-  64 greedy, 24 new tokens from sources of length 25 (the output biases of
-  `<PAD>`, `<SOS>` and `<END>` at -1e4, so no row stops early); the tokens of
-  every revision are asserted equal.
+  64 greedy, 24 new tokens from sources of length 25 (no row stops early);
+  the tokens of every revision are asserted equal.
 """
 
 import argparse
@@ -42,14 +41,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench_decode_peers import BEAM, CONFIG, NEW_TOKENS, seeded_model, sources  # noqa: E402
 from machine import describe  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-CONFIG = dict(num_layers=2, d_model=512, num_heads=8, dff=2048, input_vocab_size=8000,
-              target_vocab_size=8000, maximum_position_encoding=25)
-BATCH, SRC_LEN, NEW_TOKENS = 64, 25, 24
+BATCH = 64
 CASES = {"train": None, "g1": ("greedy", 1), "b1": ("beam", 1), "g64": ("greedy", 64)}
 
 
@@ -77,34 +75,26 @@ def import_revision(rev, into):
     return importlib.import_module(name)
 
 
-def build(kt, weights=None):
-    keras.utils.set_random_seed(0)
-    model = kt.Transformer(**CONFIG, rate=0.1)
-    model.build(((None, SRC_LEN), (None, SRC_LEN)))
-    if weights is None:
-        bias = keras.ops.convert_to_numpy(model.final_layer.bias)
-        bias[[0, 1, 2]] = -1e4  # <PAD>, <SOS>, <END>: every row decodes 24 tokens
-        model.final_layer.bias.assign(bias)
-    else:
-        model.set_weights(weights)
+def build(kt, weights):
+    """`seeded_model(kt)` holding `weights` (the tree's, in case a revision
+    creates its weights in another order)."""
+    model = seeded_model(kt)
+    model.set_weights(weights)
     return model
 
 
 def case_fn(kt, model, case):
-    """The zero-argument call that `case` times, and what it returns for the check."""
-    rng = np.random.default_rng(0)
+    """The zero-argument call that `case` times."""
     if case == "train":
-        inp, dec_in, dec_out = (rng.integers(3, CONFIG["input_vocab_size"], (BATCH, SRC_LEN))
-                                .astype("int32") for _ in range(3))
+        inp, dec_in, dec_out = (sources(BATCH, seed) for seed in range(3))
         model.compile(keras.optimizers.Adam(kt.CustomSchedule(CONFIG["d_model"]), beta_1=0.9,
                                             beta_2=0.98, epsilon=1e-9),
                       loss=kt.masked_loss, metrics=[kt.masked_accuracy])
         return lambda: model.train_on_batch((inp, dec_in), dec_out)
     method, batch = CASES[case]
-    ids = rng.integers(4, CONFIG["input_vocab_size"], (batch, SRC_LEN)).astype("int32")
-    options = dict(method=method, beam_size=4) if method == "beam" else dict(method=method)
+    ids = sources(batch)
     return lambda: keras.ops.convert_to_numpy(
-        model.generate(ids, max_length=NEW_TOKENS, **options))
+        model.generate(ids, max_length=NEW_TOKENS, method=method, beam_size=BEAM))
 
 
 def main(argv=None):
@@ -124,7 +114,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         packages = [("tree", keras_transformer)]
         packages += [(rev, import_revision(rev, tmp)) for rev in revs]
-        reference = build(keras_transformer)
+        reference = seeded_model(keras_transformer)
         weights = reference.get_weights()
         calls = {}
         for label, kt in packages:

@@ -55,7 +55,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 # The workload of bench_decode_peers.py: the same model, sources and cases.
 from bench_decode_peers import (  # noqa: E402
-    BEAM, CASES, CONFIG, NEW_TOKENS, SRC_LEN, VOCAB, sources, time_cases)
+    BEAM, CASES, CONFIG, NEW_TOKENS, SRC_LEN, VOCAB, seeded_model, sources, time_cases)
 from machine import describe  # noqa: E402
 
 BATCH, WARMUP = 64, 3
@@ -71,15 +71,9 @@ def ours_model():
 
 def save_weights(path):
     """The seeded model every `ours` row decodes with (TensorFlow)."""
-    import keras
+    import keras_transformer as kt
 
-    keras.utils.set_random_seed(0)
-    model = ours_model()
-    model.build(((None, SRC_LEN), (None, NEW_TOKENS + 1)))
-    bias = keras.ops.convert_to_numpy(model.final_layer.bias)
-    bias[[model.pad_token_idx, model.start_token_idx, model.end_token_idx]] = -1e4
-    model.final_layer.bias.assign(bias)
-    model.save_weights(path)
+    seeded_model(kt).save_weights(path)
 
 
 def hub_model():

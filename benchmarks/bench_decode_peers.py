@@ -108,11 +108,10 @@ def sources(count, seed=0):
     return np.random.default_rng(seed).integers(4, VOCAB, (count, SRC_LEN)).astype(np.int32)
 
 
-def build_ours(path):
-    """Builds and saves the seeded model every worker decodes with."""
+def seeded_model(kt):
+    """The seeded, built model every `ours` worker decodes with, from the
+    package `kt` (`keras_transformer`, or an older copy of it)."""
     import keras
-
-    import keras_transformer as kt
 
     keras.utils.set_random_seed(0)
     model = kt.Transformer(
@@ -120,10 +119,17 @@ def build_ours(path):
         maximum_position_encoding=NEW_TOKENS + 1,
     )
     model.build(((None, SRC_LEN), (None, NEW_TOKENS + 1)))
-    bias = model.final_layer.bias.numpy()
+    bias = keras.ops.convert_to_numpy(model.final_layer.bias)
     bias[[model.pad_token_idx, model.start_token_idx, model.end_token_idx]] = -1e4
     model.final_layer.bias.assign(bias)
-    model.save(path)
+    return model
+
+
+def build_ours(path):
+    """Builds and saves the seeded model every worker decodes with."""
+    import keras_transformer as kt
+
+    seeded_model(kt).save(path)
 
 
 def load_ours(path):
