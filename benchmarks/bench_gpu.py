@@ -15,7 +15,9 @@ reference run of the tests) runs here, before and after:
     python benchmarks/bench_gpu.py correctness DIR OUT   # backend_child.py on JAX, PyTorch
     python benchmarks/bench_gpu.py mixed OUT             # fp32 / bf16 / fp16 training
     python benchmarks/bench_gpu.py train OUT             # ours against keras-hub, PyTorch
-    python benchmarks/bench_gpu.py decode OUT            # ours against keras-hub
+    python benchmarks/bench_gpu.py decode OUT [--backends jax]  # ours against keras-hub
+    python benchmarks/bench_gpu.py masks OUT             # tests/mask_checks.py on the GPU
+    python benchmarks/bench_gpu.py attention OUT         # the attention kernels, 512 tokens
     python benchmarks/bench_gpu.py chatbot DIR OUT [--seconds 600]
     # here again
     KT_BACKEND_RUNS=OUT/runs python -m pytest tests/test_backends.py
@@ -40,6 +42,17 @@ reference run of the tests) runs here, before and after:
 - `decode`: `bench_backends.worker_decode` (batch 1 greedy and beam 4 in
   ms/token, batch 64 greedy in sentences/s) for ours and keras-hub on JAX and
   PyTorch, ours on weights saved once on JAX; tokens kept for `compare`.
+- `masks`: `tests/mask_checks.py` (the mask rule, `keras.layers.MultiHeadAttention`
+  with copied weights, the `keras.ops.dot_product_attention` path against the
+  explicit softmax, half precision with a fully masked row) on JAX (float32
+  matmuls in full precision) and PyTorch on the GPU.
+- `attention`: training steps of the tutorial's model with 512-token
+  sequences (sources and targets of 256-512 tokens, padded) on JAX, the
+  attention through the explicit float32 softmax (the tutorial's path, as
+  `return_attention_scores=True` runs it), through
+  `keras.ops.dot_product_attention` on XLA, and through it with
+  `flash_attention=True` (cuDNN): ms per step and the device's peak memory,
+  each in a process of its own.
 - `chatbot`: what `keras_transformer.train` does with its defaults on
   ChatbotData (the split of `bench_chatbot.py`), on JAX: the same model,
   optimizer, schedule, loss, token dropout, best weights on the greedy
@@ -327,28 +340,170 @@ def _weights(path):
     return arrays
 
 
-def decode(out):
+def decode(out, backends=("jax", "torch")):
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:  # 108 MB: not among what comes back
         weights = os.path.join(tmp, "decode.weights.h5")
         checksum = child("decode", "jax", "save", weights)["checksum"]
         for backend, impl in (("jax", "ours"), ("jax", "keras-hub"), ("torch", "ours"),
                               ("torch", "keras-hub")):
+            if backend not in backends:
+                continue
             rows[f"{impl} ({backend})"] = child("decode", backend, impl, weights)
             print(f"{impl} on {backend}: {rows[f'{impl} ({backend})']['figures']}",
                   flush=True)
     save(out, "decode", {"device": device_peak()[0], "weights_checksum": checksum,
                          "rows": rows})
     reference = rows["ours (jax)"]["tokens"]
-    same = {case: rows["ours (torch)"]["tokens"][case] == tokens
-            for case, tokens in reference.items()}
-    print(f"\nours: PyTorch's tokens equal JAX's: {same}\n")
+    if "ours (torch)" in rows:
+        same = {case: rows["ours (torch)"]["tokens"][case] == tokens
+                for case, tokens in reference.items()}
+        print(f"\nours: PyTorch's tokens equal JAX's: {same}\n")
     print("| implementation | batch 1 greedy ms/token | batch 1 beam 4 ms/token | "
           "batch 64 greedy sentences/s | first calls s |\n|---|---|---|---|---|")
     for impl, r in rows.items():
         f = r["figures"]
         print(f"| {impl} | {f['greedy-b1']:.2f} | {f['beam-b1']:.2f} | "
               f"{f['greedy-b64']:.0f} | {f['compile']:.1f} |")
+
+
+# --- the mask rule and the attention kernels ---------------------------------------
+
+
+def worker_masks():
+    import keras
+
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import mask_checks
+
+    return {"backend": keras.backend.backend(),
+            "differences": mask_checks.mask_differences(),
+            "half_precision_finite": mask_checks.half_precision_finite()}
+
+
+def masks(out):
+    results = {"jax": child("masks", "jax", env={"JAX_DEFAULT_MATMUL_PRECISION": "highest"}),
+               "torch": child("masks", "torch")}
+    save(out, "masks", {"device": device_peak()[0], "results": results})
+    for backend, r in results.items():
+        worst = max(r["differences"].items(), key=lambda item: item[1])
+        print(f"mask checks on {backend}: {len(r['differences'])} checks, largest "
+              f"difference {worst[1]:.1e} ({worst[0]}); half precision finite: "
+              f"{r['half_precision_finite']}")
+
+
+ATTENTION_VARIANTS = ("explicit", "xla", "flash")
+
+
+def use_attention(variant):
+    """Routes the layers' `keras.ops.dot_product_attention` call through `variant`:
+    the explicit softmax (`kt.scaled_dot_product_attention`), the op on XLA
+    (`flash_attention=False`) or the op with `flash_attention=True`."""
+    import functools
+
+    import keras
+
+    import keras_transformer as kt
+
+    original = keras.ops.dot_product_attention
+    if variant == "explicit":
+
+        def attention(query, key, value, mask=None, scale=None, **_):
+            heads_first = functools.partial(keras.ops.transpose, axes=(0, 2, 1, 3))
+            output, _ = kt.scaled_dot_product_attention(
+                heads_first(query), heads_first(key), heads_first(value), mask)
+            return heads_first(output)  # (B, T, H, depth)
+    else:
+        attention = functools.partial(original, flash_attention=variant == "flash")
+    keras.ops.dot_product_attention = attention
+
+
+def cudnn_probe():
+    """Whether JAX's cuDNN attention runs a bfloat16 `(B, T, H, depth)` call with a
+    padding mask here, spelled out to `(B, 1, T, S)` as the layer passes it and
+    as `(B, 1, 1, S)`: `"ok"` or the error, for each."""
+    import jax
+    import jax.numpy as jnp
+
+    q = jnp.ones((2, 512, 8, 64), jnp.bfloat16)
+    mask = jnp.ones((2, 1, 1, 512), bool).at[0, ..., 300:].set(False)
+    found = {}
+    for name, m in (("full", jnp.broadcast_to(mask, (2, 1, 512, 512))), ("broadcast", mask)):
+        try:
+            jax.block_until_ready(jax.nn.dot_product_attention(q, q, q, mask=m,
+                                                               implementation="cudnn"))
+            found[name] = "ok"
+        except Exception as error:  # noqa: BLE001 - the reason is the result
+            found[name] = f"{type(error).__name__}: {str(error)[:200]}"
+    return found
+
+
+def worker_attention(variant, policy, batch, steps, length=512):
+    import jax
+    import keras
+
+    import keras_transformer as kt
+
+    use_attention(variant)
+    keras.config.set_dtype_policy(policy)
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer(num_layers=TUTORIAL["num_layers"], d_model=TUTORIAL["d_model"],
+                           num_heads=TUTORIAL["num_heads"], dff=TUTORIAL["dff"],
+                           input_vocab_size=TUTORIAL["vocab"],
+                           target_vocab_size=TUTORIAL["vocab"],
+                           maximum_position_encoding=length, rate=0.1)
+    model.compile(keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+                  loss=kt.masked_loss)
+    rng = np.random.default_rng(0)
+    rows = batch * (steps + 3)
+    inp, dec_in, dec_out = (rng.integers(4, TUTORIAL["vocab"], (rows, length)).astype("int32")
+                            for _ in range(3))
+    lengths = rng.integers(length // 2, length + 1, rows)
+    padding = np.arange(length)[None] >= lengths[:, None]
+    for ids in (inp, dec_in, dec_out):
+        ids[padding] = 0
+    result = {"cudnn_probe": cudnn_probe()}
+    try:
+        warm = slice(0, 3 * batch)
+        first = model.fit([inp[warm], dec_in[warm]], dec_out[warm], batch_size=batch,
+                          verbose=0, shuffle=False).history["loss"][0]
+        keras.ops.convert_to_numpy(model.optimizer.iterations)
+        start = time.perf_counter()
+        rest = slice(3 * batch, None)
+        last = model.fit([inp[rest], dec_in[rest]], dec_out[rest], batch_size=batch,
+                         verbose=0, shuffle=False).history["loss"][0]
+        keras.ops.convert_to_numpy(model.optimizer.iterations)  # waits for the device
+        result.update(ms=(time.perf_counter() - start) / steps * 1e3, first_loss=first,
+                      loss=last)
+    except Exception as error:  # noqa: BLE001 - out of memory or refused: recorded
+        result["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    stats = jax.local_devices()[0].memory_stats() or {}
+    result["peak_gib"] = stats.get("peak_bytes_in_use", float("nan")) / 2**30
+    return result
+
+
+def attention(out, steps, batch=64, policy="mixed_bfloat16", length=512,
+              variants=ATTENTION_VARIANTS):
+    rows = {}
+    if policy == "float32":  # cuDNN's flash attention takes 16-bit floats only
+        variants = [variant for variant in variants if variant != "flash"]
+    for variant in variants:
+        rows[f"{variant} {policy}"] = child("attention", "jax", variant, policy, batch, steps,
+                                            length)
+        print(f"{variant} {policy}: {rows[f'{variant} {policy}']}", flush=True)
+    save(out, f"attention-{policy}-{batch}-{length}",
+         {"device": device_peak()[0], "batch": batch, "steps": steps, "length": length,
+          "rows": rows})
+    print(f"\n{device_peak()[0]}, JAX: the tutorial's model, batch {batch}, {length}-token "
+          f"sources and targets ({length // 2}-{length} real tokens)\n")
+    print("| attention | policy | ms/step | peak GiB | loss after warm-up |\n|---|---|---|---|---|")
+    for name, r in rows.items():
+        variant, policy = name.split()
+        if "error" in r:
+            print(f"| {variant} | {policy} | {r['error']} | {r['peak_gib']:.1f} | |")
+        else:
+            print(f"| {variant} | {policy} | {r['ms']:.1f} | {r['peak_gib']:.1f} | "
+                  f"{r['loss']:.3f} |")
 
 
 # --- ChatbotData ------------------------------------------------------------------
@@ -565,6 +720,9 @@ WORKERS = {
     "train_torch": lambda args: worker_train_torch(int(args[0]), bool(int(args[1])),
                                                    parse_settings(args[2])),
     "decode": lambda args: worker_decode(args[0], args[1]),
+    "masks": lambda args: worker_masks(),
+    "attention": lambda args: worker_attention(args[0], args[1], int(args[2]), int(args[3]),
+                                               int(args[4])),
     "chatbot": lambda args: worker_chatbot(args[0], float(args[1]), args[2]),
 }
 
@@ -576,13 +734,19 @@ def main(argv=None):
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("prepare", "correctness", "mixed", "train", "decode",
-                                         "chatbot", "compare"))
+                                         "masks", "attention", "chatbot", "compare"))
     parser.add_argument("paths", nargs="+", help="DIR and/or OUT, as the part needs")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--settings", default=TRAIN_SETTINGS,
                         help="training's dtype policies and batch sizes, "
                              "'float32:64,mixed_bfloat16:4096,...'")
     parser.add_argument("--seconds", type=float, default=600, help="chatbot training time")
+    parser.add_argument("--backends", default="jax,torch", help="decode's backends")
+    parser.add_argument("--policy", default="mixed_bfloat16", help="attention's dtype policy")
+    parser.add_argument("--variants", default=",".join(ATTENTION_VARIANTS),
+                        help="attention's variants")
+    parser.add_argument("--attention-shape", default="64,512",
+                        help="attention's batch size and sequence length")
     args = parser.parse_args(argv)
     paths = args.paths
     if args.part != "compare":
@@ -598,7 +762,12 @@ def main(argv=None):
                     else args.settings)
         train(paths[0], args.steps, settings)
     elif args.part == "decode":
-        decode(paths[0])
+        decode(paths[0], tuple(args.backends.split(",")))
+    elif args.part == "masks":
+        masks(paths[0])
+    elif args.part == "attention":
+        batch, length = (int(n) for n in args.attention_shape.split(","))
+        attention(paths[0], args.steps, batch, args.policy, length, args.variants.split(","))
     elif args.part == "chatbot":
         chatbot(*paths, args.seconds)
     else:

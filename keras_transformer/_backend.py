@@ -17,6 +17,7 @@ it is the backend, so the core runs where TensorFlow is not installed.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
 - `joins_projections`: where a decoding step's q/k/v products run as one.
+- `has_fused_attention`: where `keras.ops.dot_product_attention` pays.
 - `replica_token_count`: the token count of the whole global batch under a
   `tf.distribute` strategy.
 - `TrainerMixin`: TensorFlow's multi-worker `fit` workaround, nothing
@@ -171,6 +172,28 @@ def joins_projections(x):
     if BACKEND == "tensorflow":
         return in_xla_context()
     return BACKEND == "jax" and concrete(x) is None  # traced: inside a compiled loop
+
+
+def has_fused_attention(x):
+    """Whether `keras.ops.dot_product_attention` may run a fused attention
+    kernel for `x`: on a GPU or TPU through JAX (cuDNN's flash attention,
+    Splash) or PyTorch (`scaled_dot_product_attention`'s flash and
+    memory-efficient kernels); never on TensorFlow, whose Keras op is made of
+    the same operations as the explicit softmax.
+
+    On a CPU Keras's op is the explicit arithmetic in more operations, and it
+    measured slower than the explicit softmax, in one process
+    (`benchmarks/bench_against.py`, AMD EPYC, 2 cores): TensorFlow training 3%
+    slower; JAX training 3%, batch-1 greedy decoding 12% and batch-64
+    decoding 6%; PyTorch batch-64 decoding 5%. On an H200, cuDNN's flash
+    attention took 0.68x of XLA's step time at 512 tokens
+    (benchmarks/RESULTS.md).
+    """
+    if BACKEND == "torch":
+        return x.device.type == "cuda"
+    if BACKEND == "jax":
+        return jax.default_backend() != "cpu"
+    return False
 
 
 def xla_dropout(inputs, rate, seed_generator):

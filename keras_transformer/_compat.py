@@ -30,6 +30,19 @@ class MaskByKeyword:
         return super().__call__(x, mask=mask, **kwargs)
 
 
+def set_keras_mask(x, mask):
+    """Attaches `mask` to the tensor `x` as its Keras mask, as
+    `keras.layers.MultiHeadAttention` does for its output (the query's mask).
+
+    Keras has no public API for it (`keras.src.backend.set_keras_mask`, which
+    its own layers use: a JAX array cannot hold the attribute, so Keras keeps
+    it in a table of its own).
+    """
+    from keras.src.backend import set_keras_mask as set_mask
+
+    set_mask(x, mask)
+
+
 def seed_states(model):
     """The state variables of the model's `keras.random.SeedGenerator`s
     (dropout's), in a fixed order.

@@ -16,17 +16,33 @@ Deviations from the tutorial, all invisible to its users:
   product by the three kernels side by side (same result, faster; see
   `_project_self_attention`);
 - `MultiHeadAttention` owns an optional decoding cache of keys and values
-  (see `call`).
+  (see `call`);
+- a boolean mask means what it means in Keras (True = attend), beside the
+  tutorial's numeric one (1 = blocked), and Keras's call form works beside
+  the tutorial's (see `MultiHeadAttention`);
+- where no weights are asked for (training, decoding, Keras's call) on a GPU
+  with JAX or PyTorch, whose fused kernels pay, the attention runs through
+  `keras.ops.dot_product_attention` (flash attention where it can); on a
+  CPU Keras's op is the same arithmetic in more operations, and measured
+  slower (`_backend.has_fused_attention`).
 """
+
+import math
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import _backend, _config
+from keras_transformer import _backend, _compat, _config
 from keras_transformer._stack import Dense, affine
+from keras_transformer.masking import attend_mask, is_keras_mask
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
+# The shortest queries and keys for which `keras.ops.dot_product_attention` may
+# pick a flash kernel. Training the tutorial's model in bfloat16 through JAX on
+# an H200 (benchmarks/RESULTS.md), cuDNN's flash attention took 0.89x, 0.82x
+# and 0.68x of XLA's step time at 128, 256 and 512 tokens, and 1.2x at 24.
+_FLASH_MIN_LENGTH = 128
 
 
 def _is_plain_dense(layer, dtype_policy):
@@ -41,11 +57,14 @@ def _is_plain_dense(layer, dtype_policy):
             and layer.activity_regularizer is None)
 
 
-def _masked_softmax(logits, mask):
-    """Softmax over the last axis in float32, ignoring positions where mask is 1."""
+def _masked_softmax(logits, attend):
+    """Softmax over the last axis in float32, over the positions where the
+    boolean `attend` is True (all when `None`). A row with none gives uniform
+    weights: every logit is replaced by the same float32 minimum, so half
+    precision never overflows and never turns NaN."""
     logits = ops.cast(logits, "float32")
-    if mask is not None:
-        logits = ops.where(ops.cast(mask, "float32") > 0.0, _FLOAT32_MIN, logits)
+    if attend is not None:
+        logits = ops.where(attend, logits, _FLOAT32_MIN)
     if logits.shape[-1] == 1:
         return ops.ones_like(logits)  # one key: softmax is 1 (`ops.softmax` warns)
     return ops.softmax(logits, axis=-1)
@@ -58,8 +77,9 @@ def scaled_dot_product_attention(q, k, v, mask):
         q: tensor `(..., T_q, depth)`. Queries.
         k: tensor `(..., T_k, depth)`. Keys.
         v: tensor `(..., T_k, depth_v)`. Values.
-        mask: float tensor broadcastable to `(..., T_q, T_k)`, 1 where a key
-            must not be attended to, or `None`.
+        mask: broadcastable to `(..., T_q, T_k)`, or `None`: a numeric mask
+            (the tutorial's) with 1 where a key must not be attended to, or a
+            boolean one (Keras's) with True where it may.
 
     Returns:
         A tuple `(output, attention_weights)`: `(..., T_q, depth_v)` and
@@ -76,6 +96,10 @@ def scaled_dot_product_attention(q, k, v, mask):
     depth = ops.shape(q)[-1]
     q = q * ops.cast(ops.rsqrt(ops.cast(depth, "float32")), q.dtype)
     logits = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (..., Tq, Tk)
+    if mask is not None:
+        mask = ops.convert_to_tensor(mask)
+        if not is_keras_mask(mask):
+            mask = ops.cast(mask, "float32") <= 0.0  # True = attend
     attention_weights = ops.cast(_masked_softmax(logits, mask), v.dtype)
     output = ops.matmul(attention_weights, v)  # (..., Tq, depth_v)
     return output, attention_weights
@@ -83,7 +107,33 @@ def scaled_dot_product_attention(q, k, v, mask):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
-    """Multi-head attention with the tutorial's `(v, k, q, mask)` call order.
+    """Multi-head attention, called as the tutorial calls it or as Keras's layer.
+
+    Two call forms, one layer:
+    - the tutorial's, positional: `mha(v, k, q, mask)` returns
+      `(output, attention_weights)`;
+    - Keras's (`keras.layers.MultiHeadAttention`), by keyword:
+      `mha(query=x, value=y, key=None, attention_mask=None,
+      return_attention_scores=False, use_causal_mask=False)` returns `output`,
+      or `(output, scores)` with `return_attention_scores=True`.
+
+    Masks: a boolean mask is Keras's (True = attend), a numeric mask the
+    tutorial's (1 = blocked), in Keras's shapes `(B, S)` (boolean) and
+    `(B, T, S)` or the tutorial's `(B, 1, 1, S)`, `(B, 1, T, S)` and `(T, S)`
+    (numeric); any other shape is a `ValueError` (`masking.attend_mask`). The
+    Keras masks of `value` and `key` (`Embedding(mask_zero=True)`,
+    `keras.layers.Masking`) block their padded positions too, and the
+    output carries the query's Keras mask on. (Keras's layer also blocks
+    every key of a padded query; here such a row attends as the others do,
+    so a boolean mask and the same numeric one give equal outputs everywhere,
+    padding included.)
+
+    Where no weights are asked for, on a GPU with JAX or PyTorch (fused
+    kernels: `_backend.has_fused_attention`), attention runs through
+    `keras.ops.dot_product_attention` (flash attention from 128 tokens on);
+    otherwise through `scaled_dot_product_attention`, whose softmax runs in
+    float32. The two agree to 1e-5 in float32, and a fully
+    masked row gives the mean of the values in both.
 
     Runs on every Keras backend.
 
@@ -94,32 +144,44 @@ class MultiHeadAttention(keras.layers.Layer):
             layer arguments (`name`, `dtype`, ...).
 
     Call arguments:
-        v: tensor `(B, T_k, d_model)`. Values.
-        k: tensor `(B, T_k, d_model)`. Keys.
-        q: tensor `(B, T_q, d_model)`. Queries.
-        mask: float tensor broadcastable to `(B, num_heads, T_q, T_k)`, 1 where
-            a key must not be attended to. Defaults to `None`.
+        value: tensor `(B, S, d_model)`. Values; the tutorial's `v`, first.
+        key: tensor `(B, S, d_model)`, or `None` for `value`. The tutorial's `k`.
+        query: tensor `(B, T, d_model)`. The tutorial's `q`, third.
+        mask: a mask by the rule above, or `None`. The tutorial's fourth
+            argument; `attention_mask` is the same argument by Keras's name.
+        attention_mask: Keras's name for `mask` (give one of the two).
+        return_attention_scores: bool. Also return the `(B, heads, T, S)`
+            weights. Defaults to `True` when `value`, `key` and `query` are
+            passed by position (the tutorial's call), `False` otherwise.
+        use_causal_mask: bool. Block every key after the query's position
+            (with `cache_index`: every cached position after it). Defaults
+            to `False`.
+        training: bool. Unused (the tutorial's attention has no dropout).
         cache: dict `{"key", "value"}` of `(B, num_heads, L, depth)` tensors,
             or `None`. Without `cache_index` it holds keys and values
-            projected once (cross-attention, see `compute_key_value`; `k` and
-            `v` are not read). With `cache_index` (self-attention while
-            decoding, from `init_cache`) `v`, `k` and `q` are one token
-            `(B, 1, d_model)` (`v` and `k` default to `q`): its key and value
-            are projected by `wk` and `wv`, as in training, and written into
-            the cache at `cache_index`. Defaults to `None`.
+            projected once (cross-attention, see `compute_key_value`; `key`
+            and `value` are not read). With `cache_index` (self-attention
+            while decoding, from `init_cache`) `value`, `key` and `query` are
+            one token `(B, 1, d_model)` (`value` and `key` default to
+            `query`): its key and value are projected by `wk` and `wv`, as in
+            training, and written into the cache at `cache_index`. Defaults
+            to `None`.
         cache_index: scalar int tensor or `None`. Position to write in `cache`;
             only with a `cache`.
 
     Returns:
-        `(output, attention_weights)`: `(B, T_q, d_model)` and
-        `(B, num_heads, T_q, T_k)`; with a `cache`, also the updated cache.
+        `output` `(B, T, d_model)`; with `return_attention_scores`, also the
+        weights `(B, num_heads, T, S)`; with a `cache`, also the updated cache,
+        last.
 
     Example:
     >>> mha = MultiHeadAttention(d_model=512, num_heads=8)
     >>> x = np.random.uniform(size=(1, 60, 512)).astype("float32")
-    >>> out, w = mha(x, x, x, None)
+    >>> out, w = mha(x, x, x, None)  # the tutorial's call
     >>> tuple(out.shape), tuple(w.shape)
     ((1, 60, 512), (1, 8, 60, 60))
+    >>> tuple(mha(query=x, value=x, use_causal_mask=True).shape)  # Keras's call
+    (1, 60, 512)
     """
 
     def __init__(self, d_model, num_heads, **kwargs):
@@ -128,8 +190,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model = d_model
         self.num_heads = num_heads
         self.depth = self.d_model // self.num_heads
-        # Attention masks are explicit (`mask`); a Keras mask attached to an
-        # input (e.g. the `Encoder` output) is neither used nor propagated.
+        # The query's Keras mask goes on to the output (as with Keras's layer).
         self.supports_masking = True
 
         self.wq = Dense(d_model, dtype=self.dtype_policy, name="wq")
@@ -142,6 +203,20 @@ class MultiHeadAttention(keras.layers.Layer):
         self.wk.build(input_shape)
         self.wv.build(input_shape)
         self.dense.build(input_shape)
+
+    def __call__(self, *args, **kwargs):
+        # The tutorial's call gives value, key and query by position and gets
+        # the weights back; Keras's gives them by keyword and gets the output.
+        if len(args) < 3 and "query" not in kwargs:
+            raise ValueError(
+                "Received an invalid call of MultiHeadAttention: pass value, key and "
+                "query by position, in the tutorial's order `mha(v, k, q, mask)`, or by "
+                "keyword as with keras.layers.MultiHeadAttention, "
+                "`mha(query=..., value=...)`. Received: "
+                f"{len(args)} positional argument(s) and keywords {sorted(kwargs)}"
+            )
+        kwargs.setdefault("return_attention_scores", len(args) >= 3)
+        return super().__call__(*args, **kwargs)
 
     def split_heads(self, x, batch_size):
         """Splits the last axis into `(num_heads, depth)` and moves heads first."""
@@ -172,50 +247,118 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": ops.zeros(shape, self.compute_dtype),
         }
 
-    def call(self, v, k, q, mask=None, cache=None, cache_index=None):
+    def call(self, value=None, key=None, query=None, mask=None, attention_mask=None,
+             return_attention_scores=False, use_causal_mask=False, training=None,
+             query_mask=None, value_mask=None, key_mask=None, cache=None, cache_index=None):
         if cache_index is not None and cache is None:
             raise ValueError(
                 "Received an invalid value for argument `cache_index`: it is the position "
                 "to write in `cache`, and no `cache` was given. Received: "
                 f"cache_index={cache_index!r}, cache=None"
             )
-        batch_size = ops.shape(q)[0]
+        if mask is not None and attention_mask is not None:
+            raise ValueError(
+                "Received an invalid value for argument `attention_mask`: it is Keras's "
+                "name for `mask`, and both were given. Received: mask and attention_mask"
+            )
+        mask = attention_mask if mask is None else mask
+        key_mask = None if key is None or key is value else key_mask
+        if cache is not None:
+            key = query if key is None else key
+            value = key if value is None else value
+        key = value if key is None else key
+        batch_size = ops.shape(query)[0]
+
+        # 1. Project and split into heads.
         if cache is not None and cache_index is None:
             # Cross-attention while decoding: keys and values projected once.
-            query = self.split_heads(self.wq(q), batch_size)  # (B, H, Tq, depth)
-            key, value = cache["key"], cache["value"]  # (B, H, Tk, depth)
+            q = self.split_heads(self.wq(query), batch_size)  # (B, H, T, depth)
+            k, v = cache["key"], cache["value"]  # (B, H, S, depth)
         else:
-            if cache is not None:
-                k = q if k is None else k
-                v = k if v is None else v
-            if cache is not None and q is k and k is v:  # a self-attention decoding step
-                query, key, value = self._project_self_attention(q)
+            if cache is not None and query is key and key is value:  # a decoding step
+                q, k, v = self._project_self_attention(query)
             else:
-                query, key, value = self.wq(q), self.wk(k), self.wv(v)
-            query = self.split_heads(query, batch_size)  # (B, H, Tq, depth)
-            key = self.split_heads(key, batch_size)  # (B, H, Tk, depth)
-            value = self.split_heads(value, batch_size)  # (B, H, Tk, depth)
+                q, k, v = self.wq(query), self.wk(key), self.wv(value)
+            q = self.split_heads(q, batch_size)  # (B, H, T, depth)
+            k = self.split_heads(k, batch_size)  # (B, H, S, depth)
+            v = self.split_heads(v, batch_size)  # (B, H, S, depth)
             if cache is not None:
                 # One decoding step: the token's key and value written into
                 # the cache at `cache_index`.
                 start = [0, 0, cache_index, 0]
                 cache = {
-                    "key": ops.slice_update(cache["key"], start, key),
-                    "value": ops.slice_update(cache["value"], start, value),
+                    "key": ops.slice_update(cache["key"], start, k),
+                    "value": ops.slice_update(cache["value"], start, v),
                 }  # (B, H, L, depth) each
-                key, value = cache["key"], cache["value"]
+                k, v = cache["key"], cache["value"]
 
-        scaled_attention, attention_weights = scaled_dot_product_attention(
-            query, key, value, mask
-        )  # (B, H, Tq, depth), (B, H, Tq, Tk)
-        scaled_attention = ops.transpose(scaled_attention, (0, 2, 1, 3))  # (B, Tq, H, depth)
-        concat_attention = ops.reshape(
-            scaled_attention, (batch_size, -1, self.d_model)
-        )  # (B, Tq, d_model)
-        output = self.dense(concat_attention)  # (B, Tq, d_model)
-        if cache is None:
-            return output, attention_weights
-        return output, attention_weights, cache
+        # 2. Attention, over the keys the masks leave.
+        if cache is not None:  # the Keras masks of one token say nothing of the cache
+            value_mask = key_mask = None
+        attend = self._attend_mask(mask, q, k, value_mask, key_mask, use_causal_mask,
+                                   cache_index)  # (B|1, H|1, T|1, S)
+        if return_attention_scores or not _backend.has_fused_attention(q):
+            attention, weights = scaled_dot_product_attention(q, k, v, attend)
+            attention = ops.transpose(attention, (0, 2, 1, 3))  # (B, T, H, depth)
+        else:
+            attention = self._attention_kernel(q, k, v, attend)  # (B, T, H, depth)
+
+        # 3. Merge the heads and project.
+        attention = ops.reshape(attention, (batch_size, -1, self.d_model))  # (B, T, d_model)
+        output = self.dense(attention)  # (B, T, d_model)
+        if query_mask is not None:
+            _compat.set_keras_mask(output, query_mask)
+        outputs = (output,)
+        if return_attention_scores:
+            outputs += (weights,)
+        if cache is not None:
+            outputs += (cache,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _attention_kernel(self, q, k, v, attend):
+        """`keras.ops.dot_product_attention` of `(B, H, T|S, depth)` tensors -> `(B, T, H, depth)`.
+
+        A row that may attend to no key gets what the explicit softmax gives
+        it, the mean of the values (a zero query attending to every key), as
+        the kernels do not agree there (PyTorch's on a GPU gives zeros). The
+        mask is spelled out to its full `(T, S)` (cuDNN's kernel, JAX's flash
+        attention on a GPU, takes no other). A flash kernel is allowed from
+        `_FLASH_MIN_LENGTH` queries and keys on (slower below, on an H200).
+        """
+        if attend is not None:
+            visible = ops.any(attend, axis=-1, keepdims=True)  # (B|1, H|1, T|1, 1)
+            q = ops.where(visible, q, ops.zeros_like(q))
+            attend = ops.logical_or(attend, ops.logical_not(visible))
+            attend = ops.broadcast_to(attend, (*ops.shape(attend)[:2], ops.shape(q)[2],
+                                               ops.shape(k)[2]))  # (B|1, H|1, T, S)
+        lengths = (q.shape[2], k.shape[2])
+        flash = None if None in lengths or min(lengths) >= _FLASH_MIN_LENGTH else False
+        heads_second = (0, 2, 1, 3)
+        return ops.dot_product_attention(
+            ops.transpose(q, heads_second), ops.transpose(k, heads_second),
+            ops.transpose(v, heads_second), mask=attend, scale=1.0 / math.sqrt(self.depth),
+            flash_attention=flash,
+        )  # (B, T, H, depth)
+
+    def _attend_mask(self, mask, q, k, value_mask, key_mask, use_causal_mask, cache_index):
+        """Every mask of the call as one boolean `(B|1, H|1, T|1, S)`, True = attend,
+        or `None`: the explicit one, the keys' Keras masks and the causal mask."""
+        masks = [attend_mask(mask, self.num_heads, q.shape[2], k.shape[2])]
+        for implicit in (value_mask, key_mask):
+            if implicit is not None:
+                masks.append(ops.cast(implicit, "bool")[:, None, None, :])  # (B, 1, 1, S)
+        if use_causal_mask:
+            keys = ops.arange(ops.shape(k)[2])
+            queries = (ops.arange(ops.shape(q)[2]) if cache_index is None
+                       else ops.reshape(cache_index, (1,)))
+            masks.append(keys[None, None, None, :] <= queries[None, None, :, None])  # (1, 1, T, S)
+        masks = [m for m in masks if m is not None]
+        if not masks:
+            return None
+        attend = masks[0]
+        for m in masks[1:]:
+            attend = ops.logical_and(attend, m)
+        return attend
 
     def _project_self_attention(self, x):
         """`(wq(x), wk(x), wv(x))`, each `(B, T, d_model)`, in one matrix product.
@@ -248,7 +391,9 @@ class MultiHeadAttention(keras.layers.Layer):
         qkv = affine(x, kernel, bias)  # (B, T, 3 d_model)
         return tuple(ops.split(qkv, 3, axis=-1))
 
-    def compute_mask(self, v, previous_mask=None):
+    def compute_mask(self, value, previous_mask=None):
+        # `call` puts the query's Keras mask on the output (the first argument
+        # is the value, whose mask is not the output's).
         return None
 
     def get_config(self):

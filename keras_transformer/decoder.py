@@ -36,17 +36,29 @@ class DecoderLayer(TransformerLayer):
         **kwargs: other keys of the tutorial's `kargs` (ignored) and Keras
             layer arguments.
 
+    Masks: a numeric mask is the tutorial's (1 = do not attend), a boolean one
+    Keras's (True = attend), in the shapes of `masking.attend_mask`. The Keras
+    masks of `x` and `enc_output` (`Embedding(mask_zero=True)`, an `Encoder`'s
+    output) block their padded positions as keys too, and the output carries
+    the Keras mask of `x` on.
+
     Call arguments:
         x: tensor `(B, T, d_model)`.
         enc_output: tensor `(B, S, d_model)`. Ignored when `cache` is given.
-        look_ahead_mask: float tensor broadcastable to `(B, heads, T, T)`
-            (`(B, heads, 1, L)` when decoding with a cache), 1 = do not attend.
-        padding_mask: float tensor broadcastable to `(B, heads, T, S)`.
+        look_ahead_mask: mask for the self-attention, e.g. the tutorial's
+            `(B, 1, T, T)` (`(B, 1, 1, L)` when decoding with a cache), or
+            `None`.
+        padding_mask: mask for the attention over `enc_output`, e.g. the
+            tutorial's `(B, 1, 1, S)`, or `None`.
         training: bool. Dropout is active only when `True`.
         cache: dict `{"self": {"key", "value"}, "cross": {"key", "value"}}`
             from `Decoder.init_cache`, or `None`.
         cache_index: scalar int tensor. Position of `x` (`T == 1`) when
             decoding with `cache`.
+        return_attention_weights: bool. Compute the weights of both blocks
+            (the tutorial's outputs); `False` gives `None` in their place and
+            runs the attention through `keras.ops.dot_product_attention`.
+            Defaults to `True`.
 
     Returns:
         `(out (B, T, d_model), weights_block1 (B, heads, T, T),
@@ -68,6 +80,7 @@ class DecoderLayer(TransformerLayer):
         self.dropout1 = Dropout(rate, dtype=policy, name="dropout1")
         self.dropout2 = Dropout(rate, dtype=policy, name="dropout2")
         self.dropout3 = Dropout(rate, dtype=policy, name="dropout3")
+        self.supports_masking = True  # the Keras mask of `x` goes on to the output
 
     def build(self, input_shape):
         self.mha1.build(input_shape)
@@ -86,6 +99,7 @@ class DecoderLayer(TransformerLayer):
         training=None,
         cache=None,
         cache_index=None,
+        return_attention_weights=True,
     ):
         self_cache = cross_cache = None
         if cache is not None:
@@ -93,15 +107,18 @@ class DecoderLayer(TransformerLayer):
 
         # Masked self-attention block.
         h = self._block_input(x, self.layernorm1)
-        outputs = self.mha1(h, h, h, look_ahead_mask, cache=self_cache, cache_index=cache_index)
-        attn1, weights_block1 = outputs[:2]  # (B, T, d_model), (B, H, T, T or L)
+        outputs = self.mha1(h, h, h, look_ahead_mask, cache=self_cache, cache_index=cache_index,
+                            return_attention_scores=return_attention_weights)
+        attn1, weights_block1, self_cache = self._unpack(outputs, return_attention_weights,
+                                                         cache)  # (B, T, d_model), (B, H, T, T|L)
         x = self._block_output(x, attn1, self.dropout1, self.layernorm1, training)
 
         # Encoder-decoder attention block: queries from the decoder.
         h = self._block_input(x, self.layernorm2)
-        attn2, weights_block2 = self.mha2(
-            enc_output, enc_output, h, padding_mask, cache=cross_cache
-        )[:2]  # (B, T, d_model), (B, H, T, S)
+        outputs = self.mha2(enc_output, enc_output, h, padding_mask, cache=cross_cache,
+                            return_attention_scores=return_attention_weights)
+        attn2, weights_block2, _ = self._unpack(outputs, return_attention_weights,
+                                                cache)  # (B, T, d_model), (B, H, T, S)
         x = self._block_output(x, attn2, self.dropout2, self.layernorm2, training)
 
         # Feed-forward block.
@@ -110,7 +127,15 @@ class DecoderLayer(TransformerLayer):
 
         if cache is None:
             return x, weights_block1, weights_block2
-        return x, weights_block1, weights_block2, {"self": outputs[2], "cross": cross_cache}
+        return x, weights_block1, weights_block2, {"self": self_cache, "cross": cross_cache}
+
+    @staticmethod
+    def _unpack(outputs, with_weights, cache):
+        """`(output, weights or None, cache or None)` from a `MultiHeadAttention` call."""
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        output, rest = outputs[0], list(outputs[1:])
+        weights = rest.pop(0) if with_weights else None
+        return output, weights, (rest.pop(0) if cache is not None else None)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -137,6 +162,16 @@ class Decoder(TransformerStack):
             token `(B, 1)` at position `cache_index` and the masks are built
             from `cache_index`.
         cache_index: scalar int tensor. Position of `x` when decoding.
+        return_attention_weights: bool. Compute every layer's weights (the
+            tutorial's output); `False` leaves the dict empty and runs the
+            attention through `keras.ops.dot_product_attention`. Defaults to
+            `True`.
+
+    Masks follow `DecoderLayer`'s rule (numeric: the tutorial's, 1 = do not
+    attend; boolean: Keras's, True = attend); the Keras mask of an
+    `enc_output` from an `Encoder` blocks its padding without a
+    `padding_mask`. (The output carries no Keras mask: a model's logits with
+    one would be weighted by it in Keras's loss, on top of `masked_loss`.)
 
     Returns:
         `(output (B, T, d_model), attention_weights)` with
@@ -183,13 +218,13 @@ class Decoder(TransformerStack):
         training=None,
         cache=None,
         cache_index=None,
+        return_attention_weights=True,
     ):
         if cache is not None:
-            # Block every cached position after this one.
+            # Attend to the cached positions up to this one (boolean: True = attend).
             max_length = ops.shape(cache[0]["self"]["key"])[2]
-            look_ahead_mask = ops.cast(
-                ops.arange(max_length) > cache_index, "float32"
-            )[None, None, None, :]  # (1, 1, 1, L)
+            visible = ops.arange(max_length) <= cache_index  # (L,)
+            look_ahead_mask = visible[None, None, None, :]  # (1, 1, 1, L)
         elif look_ahead_mask is None:
             look_ahead_mask = ops.maximum(
                 create_padding_mask(x, self.pad_token_idx),  # (B, 1, 1, T)
@@ -208,10 +243,12 @@ class Decoder(TransformerStack):
                 training=training,
                 cache=None if cache is None else cache[i],
                 cache_index=cache_index,
+                return_attention_weights=return_attention_weights,
             )
             x, block1, block2 = outputs[:3]
-            attention_weights[f"decoder_layer{i + 1}_block1"] = block1
-            attention_weights[f"decoder_layer{i + 1}_block2"] = block2
+            if return_attention_weights:
+                attention_weights[f"decoder_layer{i + 1}_block1"] = block1
+                attention_weights[f"decoder_layer{i + 1}_block2"] = block2
             if cache is not None:
                 new_cache.append(outputs[3])
         if self.norm_first:

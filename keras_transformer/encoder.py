@@ -14,7 +14,7 @@ from keras_transformer._compat import MaskByKeyword
 from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
 from keras_transformer.attention import MultiHeadAttention
 from keras_transformer.feed_forward import point_wise_feed_forward_network
-from keras_transformer.masking import as_attention_mask, create_padding_mask, is_keras_mask
+from keras_transformer.masking import create_padding_mask, is_keras_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -34,9 +34,11 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
 
     Call arguments:
         x: tensor `(B, S, d_model)`.
-        mask: float tensor broadcastable to `(B, heads, S, S)`, 1 = do not
-            attend, e.g. `create_padding_mask(ids)`, or a Keras boolean mask
-            `(B, S)` (True = attend). Defaults to `None`.
+        mask: the tutorial's numeric mask (1 = do not attend), e.g.
+            `create_padding_mask(ids)` `(B, 1, 1, S)`, or a boolean one
+            (Keras's: True = attend) `(B, S)` or `(B, S, S)`; the shapes of
+            `masking.attend_mask`. `None` takes the Keras mask of `x`
+            (`Embedding(mask_zero=True)`), which the output carries on.
         training: bool. Dropout is active only when `True`.
         return_attention_weights: bool. Also return the `(B, heads, S, S)`
             self-attention weights. Defaults to `False`.
@@ -69,11 +71,10 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
         self.layernorm2.build(input_shape)
 
     def call(self, x, mask=None, training=None, return_attention_weights=False):
-        mask = as_attention_mask(mask)
-
         # Self-attention block.
         h = self._block_input(x, self.layernorm1)
-        attn_output, weights = self.mha(h, h, h, mask)  # (B, S, d_model)
+        attention = self.mha(h, h, h, mask, return_attention_scores=return_attention_weights)
+        attn_output, weights = attention if return_attention_weights else (attention, None)
         x = self._block_output(x, attn_output, self.dropout1, self.layernorm1, training)
 
         # Feed-forward block.
@@ -85,8 +86,8 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
         return x
 
     def compute_mask(self, x, mask=None):
-        # Pass a Keras boolean mask on; the tutorial's float masks stay internal.
-        return mask if is_keras_mask(mask) else None
+        # Pass a Keras padding mask (B, S) on; attention masks stay internal.
+        return mask if is_keras_mask(mask) and len(mask.shape) == 2 else None
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -125,8 +126,9 @@ class Encoder(MaskByKeyword, TransformerStack):
 
     Call arguments:
         x: int tensor `(B, S)`. Token ids.
-        mask: float tensor `(B, 1, 1, S)`, a Keras boolean mask `(B, S)`, or
-            `None` (computed from `x`).
+        mask: the tutorial's numeric mask `(B, 1, 1, S)` (1 = do not
+            attend), a boolean one (Keras's: True = attend) `(B, S)`, any
+            shape of `masking.attend_mask`, or `None` (computed from `x`).
         training: bool. Dropout is active only when `True`.
         return_attention_weights: bool. Also return a dict
             `{"encoder_layer{i}": (B, heads, S, S)}`, `i` from 1.
@@ -157,15 +159,16 @@ class Encoder(MaskByKeyword, TransformerStack):
 
     def call(self, x, mask=None, training=None, return_attention_weights=False,
              segment_ids=None):
-        mask = as_attention_mask(mask)
         if mask is None:
             mask = create_padding_mask(x, self.pad_token_idx)  # (B, 1, 1, S)
         x = self._embed(x, training=training, segment_ids=segment_ids)  # (B, S, d_model)
 
         attention_weights = {}
         for i, layer in enumerate(self.enc_layers):
-            x, weights = layer(x, mask, training=training, return_attention_weights=True)
-            attention_weights[f"encoder_layer{i + 1}"] = weights
+            x = layer(x, mask, training=training,
+                      return_attention_weights=return_attention_weights)
+            if return_attention_weights:
+                x, attention_weights[f"encoder_layer{i + 1}"] = x
         if self.norm_first:
             x = self.final_layernorm(x)
 

@@ -12,7 +12,8 @@ The loops know nothing about the model: they call
 where `tokens` `(N,)` are the ids at decoder position `index`, `logits`
 `(N, V)` are float32 scores for position `index + 1`, `state` is whatever the
 model carries between steps (its key/value cache), and `cross_weights` is a
-list of `(N, heads, 1, S)` tensors (one per decoder layer) or an empty list.
+list of `(N, heads, 1, S)` tensors (one per decoder layer) when the weights are asked
+for, or an empty list.
 
 The strategies, one small piece each: `greedy_search` (with a `choose_fn`),
 `Sampler` (temperature, top-k, top-p), `beam_search` (GNMT length penalty),
@@ -478,9 +479,10 @@ def decode(
 
     `model` provides `encode(inp) -> (enc_output, padding_mask)`,
     `init_cache(enc_output, max_length)`, `decode_step(token, index, cache,
-    padding_mask) -> (logits, cache, cross_weights)`, `decode(tar, enc_output,
-    padding_mask) -> (logits, cross_weights)` (logits float32 with `<PAD>` and
-    `<SOS>` banned), its special ids, `target_vocab_size`, `num_layers` and
+    padding_mask, return_attention_weights) -> (logits, cache, cross_weights)`,
+    `decode(tar, enc_output, padding_mask, return_attention_weights) ->
+    (logits, cross_weights)` (logits float32 with `<PAD>` and `<SOS>` banned;
+    `cross_weights` empty unless asked for), its special ids, `target_vocab_size`, `num_layers` and
     `num_heads`. `tensors` holds the `GenerateConfig` options that are tensor
     arguments of the compiled loop (`length_penalty`, `mmi_weight`,
     `temperature`, `top_p`, `seed`); the keyword arguments are the ones fixed
@@ -497,11 +499,13 @@ def decode(
         padding_mask = ops.repeat(padding_mask, beam_size, axis=0)  # (B*K, 1, 1, S)
 
     def cached_step(tokens, index, cache):
-        return model.decode_step(tokens, index, cache, padding_mask)
+        return model.decode_step(tokens, index, cache, padding_mask,
+                                 return_attention_weights=return_attention_weights)
 
     def recompute_step(tokens, index, prefix):
         prefix = _write_column(prefix, index, tokens)  # (N, L)
-        logits, cross = model.decode(prefix, enc_output, padding_mask)  # (N, L, V)
+        logits, cross = model.decode(prefix, enc_output, padding_mask,
+                                     return_attention_weights=return_attention_weights)
         at_index = ops.expand_dims(index, 0)  # (1,)
         cross = [ops.take(w, at_index, axis=2) for w in cross]  # each (N, H, 1, S)
         return ops.take(logits, index, axis=1), prefix, cross  # (N, V)

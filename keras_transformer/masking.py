@@ -1,8 +1,16 @@
-"""Attention masks of the tutorial: float tensors where 1 marks a position that
-must NOT be attended to.
+"""Attention masks: the tutorial's, Keras's, and the one rule every layer reads them by.
 
-Shapes broadcast against attention logits `(batch, heads, T_q, T_k)`:
-`create_padding_mask` -> `(B, 1, 1, S)`, `create_look_ahead_mask` -> `(T, T)`.
+The tutorial's masks are float tensors where 1 marks a position that must NOT
+be attended to; they broadcast against the attention logits
+`(batch, heads, T_q, T_k)`: `create_padding_mask` -> `(B, 1, 1, S)`,
+`create_look_ahead_mask` -> `(T, T)`, `create_masks` -> both combined.
+
+The rule of every layer (`attend_mask`): **a boolean mask is Keras's (True =
+attend), a numeric mask the tutorial's (1 = blocked)**. Accepted shapes: Keras's
+`(B, S)` padding (boolean) and `(B, T, S)` attention; the tutorial's
+`(B, 1, 1, S)`, `(B, 1, T, S)` (or `(B, heads, T, S)`) and `(T, S)` (numeric).
+Any other shape is a `ValueError`.
+
 Runs on every Keras backend (`keras.ops` only).
 """
 
@@ -69,6 +77,61 @@ def create_masks(inp, tar, pad_token_idx=0):
     dec_target_padding_mask = create_padding_mask(tar, pad_token_idx)  # (B, 1, 1, T)
     combined_mask = ops.maximum(dec_target_padding_mask, look_ahead_mask)  # (B, 1, T, T)
     return enc_padding_mask, combined_mask, dec_padding_mask
+
+
+def attend_mask(mask, num_heads, query_length, key_length):
+    """Any mask a layer accepts -> boolean, True = attend, rank 4.
+
+    Args:
+        mask: `None`; a boolean mask (Keras's: True = attend) of shape
+            `(B, S)`, `(B, T, S)` or `(B, 1 or heads, T or 1, S)`; or a
+            numeric mask (the tutorial's: 1 = blocked) of shape `(T, S)`,
+            `(B, T, S)` or `(B, 1 or heads, T or 1, S)`.
+        num_heads: int H. query_length: int T or `None`. key_length: int S
+            or `None` (unknown sizes are not checked).
+
+    Returns:
+        `None`, or a boolean tensor broadcastable to `(B, H, T, S)`.
+
+    Raises:
+        ValueError: the mask has another rank or shape, naming it.
+
+    Example:
+    >>> padding = np.array([[True, True, False]])  # Keras: (B, S)
+    >>> tutorial = create_padding_mask([[5, 7, 0]])  # (B, 1, 1, S), 1 = blocked
+    >>> a = attend_mask(padding, 2, 3, 3)
+    >>> b = attend_mask(tutorial, 2, 3, 3)
+    >>> bool(keras.ops.all(a == b)), tuple(a.shape)
+    (True, (1, 1, 1, 3))
+    """
+    if mask is None:
+        return None
+    mask = ops.convert_to_tensor(mask)
+    boolean = is_keras_mask(mask)
+    received = tuple(mask.shape)
+    expected = {2: "(B, S)" if boolean else "(T, S)", 3: "(B, T, S)",
+                4: "(B, 1 or heads, T or 1, S)"}
+    if len(received) == 2 and boolean:
+        mask = mask[:, None, None, :]  # (B, 1, 1, S)
+    elif len(received) == 2:
+        mask = mask[None, None]  # (1, 1, T, S)
+    elif len(received) == 3:
+        mask = mask[:, None]  # (B, 1, T, S)
+    wanted = (num_heads, query_length, key_length)
+    if len(received) not in expected or any(
+        size not in (None, 1, want) for size, want in zip(mask.shape[1:], wanted)
+        if want is not None
+    ):
+        kind = ("boolean mask (Keras's, True = attend)" if boolean
+                else "numeric mask (the tutorial's, 1 = blocked)")
+        raise ValueError(
+            f"Received an invalid value for argument `mask`, expected a {kind} of shape "
+            f"{' or '.join(expected.values())}, with heads={num_heads}, T={query_length} "
+            f"queries and S={key_length} keys. Received: mask.shape={received}"
+        )
+    if boolean:
+        return mask
+    return ops.cast(mask, "float32") <= 0.0  # True = attend
 
 
 def is_keras_mask(mask):

@@ -171,11 +171,15 @@ class Transformer(_backend.TrainerMixin, keras.Model):
         enc_padding_mask, combined_mask, dec_padding_mask = create_masks(
             inp, tar, self.pad_token_idx
         )
-        enc_output, enc_weights = self.encoder(
-            inp, enc_padding_mask, training=training, return_attention_weights=True
+        enc_output = self.encoder(
+            inp, enc_padding_mask, training=training,
+            return_attention_weights=return_attention_weights,
         )  # (B, S, d_model)
+        if return_attention_weights:
+            enc_output, enc_weights = enc_output
         dec_output, dec_weights = self.decoder(
-            tar, enc_output, combined_mask, dec_padding_mask, training=training
+            tar, enc_output, combined_mask, dec_padding_mask, training=training,
+            return_attention_weights=return_attention_weights,
         )  # (B, T, d_model)
         logits = ops.cast(self.final_layer(dec_output), "float32")  # (B, T, V)
         if return_attention_weights:
@@ -194,29 +198,32 @@ class Transformer(_backend.TrainerMixin, keras.Model):
         """The decoder's key/value cache for `max_length` steps (`Decoder.init_cache`)."""
         return self.decoder.init_cache(enc_output, max_length)
 
-    def decode_step(self, token, index, cache, padding_mask):
+    def decode_step(self, token, index, cache, padding_mask, return_attention_weights=False):
         """One cached decoding step for the ids `token` `(N,)` at position `index`.
 
         Returns:
             `(logits (N, V) float32, cache, cross_weights)`: `<PAD>` and `<SOS>`
             are banned from the logits (`generation.special_token_penalty`);
-            `cross_weights` is every layer's `(N, heads, 1, S)`.
+            `cross_weights` is every layer's `(N, heads, 1, S)` with
+            `return_attention_weights`, else an empty list.
         """
         dec_output, weights, cache = self.decoder(
             token[:, None], None, None, padding_mask, training=False, cache=cache,
-            cache_index=index,
+            cache_index=index, return_attention_weights=return_attention_weights,
         )  # (N, 1, d_model)
         logits = self._ban_specials(self.final_layer(dec_output)[:, 0])  # (N, V)
         return logits, cache, self._cross_weights(weights)
 
-    def decode(self, tar, enc_output, padding_mask):
+    def decode(self, tar, enc_output, padding_mask, return_attention_weights=False):
         """The decoder over whole sequences `tar` `(N, T)`, without a cache.
 
         Returns:
             `(logits (N, T, V) float32, cross_weights)`, `<PAD>` and `<SOS>`
-            banned; `cross_weights` is every layer's `(N, heads, T, S)`.
+            banned; `cross_weights` is every layer's `(N, heads, T, S)` with
+            `return_attention_weights`, else an empty list.
         """
-        dec_output, weights = self.decoder(tar, enc_output, None, padding_mask, training=False)
+        dec_output, weights = self.decoder(tar, enc_output, None, padding_mask, training=False,
+                                           return_attention_weights=return_attention_weights)
         return self._ban_specials(self.final_layer(dec_output)), self._cross_weights(weights)
 
     def _ban_specials(self, logits):
@@ -226,6 +233,8 @@ class Transformer(_backend.TrainerMixin, keras.Model):
         return ops.add(ops.cast(logits, "float32"), penalty)
 
     def _cross_weights(self, weights):
+        if not weights:
+            return []
         return [weights[f"decoder_layer{i + 1}_block2"] for i in range(self.num_layers)]
 
     def generate(self, inp, max_length=None, **options):

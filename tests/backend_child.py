@@ -21,6 +21,7 @@ if __name__ == "__main__" and os.environ.get("KERAS_BACKEND") in ("jax", "torch"
     sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError
 
 import keras
+import mask_checks
 import numpy as np
 
 import keras_transformer as kt
@@ -117,6 +118,9 @@ def main(out_dir):
 
     ids = _backend.argmax(keras.ops.convert_to_tensor(ARGMAX_ROWS))
     facts["argmax"] = [keras.backend.standardize_dtype(ids.dtype), numpy(ids).tolist()]
+
+    facts["mask_differences"] = mask_checks.mask_differences()
+    facts["half_precision_finite"] = mask_checks.half_precision_finite()
 
     attention = kt.MultiHeadAttention(d_model=8, num_heads=2)
     x = np.ones((1, 1, 8), "float32")

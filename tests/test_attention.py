@@ -1,4 +1,5 @@
 import keras
+import mask_checks
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -48,16 +49,6 @@ def test_fully_masked_row_gives_uniform_weights_not_nan():
     assert np.isfinite(out.numpy()).all()
 
 
-def copy_into_keras_mha(ours, theirs, d_model, num_heads):
-    depth = d_model // num_heads
-    for src, dst in ((ours.wq, theirs.query_dense), (ours.wk, theirs.key_dense),
-                     (ours.wv, theirs.value_dense)):
-        dst.kernel.assign(tf.reshape(src.kernel, (d_model, num_heads, depth)))
-        dst.bias.assign(tf.reshape(src.bias, (num_heads, depth)))
-    theirs.output_dense.kernel.assign(tf.reshape(ours.dense.kernel, (num_heads, depth, d_model)))
-    theirs.output_dense.bias.assign(ours.dense.bias)
-
-
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_multi_head_attention_matches_keras(with_mask):
     keras.utils.set_random_seed(0)
@@ -73,7 +64,7 @@ def test_multi_head_attention_matches_keras(with_mask):
         keras_mask = tf.cast(1 - mask[:, 0], bool) & tf.ones((2, 5, 7), bool)  # True = attend
     ours(value, value, query, mask)
     theirs(query, value, value, attention_mask=keras_mask)
-    copy_into_keras_mha(ours, theirs, d_model, num_heads)
+    mask_checks.copy_into_keras(ours, theirs)
 
     out, weights = ours(value, value, query, mask)
     ref_out, ref_weights = theirs(
@@ -160,6 +151,7 @@ def decoding_step(mha, x, one_by_one=False):
     return step(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", [None, "lora", "subclass", "own call", "int8"])
 def test_joined_self_attention_projections_equal_the_layers_called_one_by_one(
     change, monkeypatch
@@ -219,3 +211,59 @@ def test_joined_projections_under_mixed_bfloat16(monkeypatch):
     one_by_one, _ = decoding_step(mha, x, one_by_one=True)
     np.testing.assert_allclose(tf.cast(joined, "float32").numpy(),
                                tf.cast(one_by_one, "float32").numpy(), atol=2e-2)
+
+
+def test_keras_call_form_beside_the_tutorials():
+    # Keras's keywords return the output (or `(output, scores)` when asked);
+    # the tutorial's positional `(v, k, q, mask)` returns `(output, weights)`.
+    keras.utils.set_random_seed(8)
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
+    x, memory = tf.random.normal((2, 5, 16)), tf.random.normal((2, 7, 16))
+    out, weights = mha(memory, memory, x, None)
+    keyword = mha(query=x, value=memory)
+    np.testing.assert_allclose(keyword.numpy(), out.numpy(), atol=1e-5)
+    out_k, scores = mha(query=x, value=memory, key=memory, return_attention_scores=True)
+    np.testing.assert_allclose(scores.numpy(), weights.numpy(), atol=1e-6)
+    assert mha(memory, memory, x, return_attention_scores=False).shape == (2, 5, 16)
+
+
+def test_keras_positional_order_is_refused_with_the_tutorials_order_named():
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
+    x = tf.random.normal((2, 5, 16))
+    with pytest.raises(ValueError, match=r"tutorial's order `mha\(v, k, q, mask\)`"):
+        mha(x, x)
+
+
+def test_mask_and_attention_mask_together_are_a_value_error():
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=4)
+    x = tf.random.normal((2, 5, 16))
+    mask = tf.ones((2, 5), bool)
+    with pytest.raises(ValueError, match="`attention_mask`.*both were given"):
+        mha(x, x, x, mask, attention_mask=mask)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 5, 7), (2, 4, 5, 7), (5,), (2, 1, 1, 1, 7), (2, 6)])
+def test_masks_of_other_shapes_are_a_value_error(shape):
+    # (B, T, S) with B == heads used to broadcast against the heads axis; now
+    # every rank and size is checked against the call's heads, T and S.
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=2)
+    query, value = tf.random.normal((2, 5, 16)), tf.random.normal((2, 7, 16))
+    with pytest.raises(ValueError, match=r"`mask`.*Received: mask.shape="):
+        mha(value, value, query, np.ones(shape, bool))
+
+
+def test_a_boolean_mask_in_the_tutorials_shape_works_in_the_encoder_layer():
+    layer = kt.EncoderLayer(d_model=16, num_heads=2, dff=32)
+    x = tf.random.normal((2, 5, 16))
+    attend = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    blocked = (~attend[:, None, None, :]).astype("float32")  # the tutorial's (B, 1, 1, S)
+    np.testing.assert_allclose(layer(x, attend[:, None, None, :]).numpy(),
+                               layer(x, blocked).numpy(), atol=1e-6)
+
+
+def test_every_mask_check_holds_on_tensorflow():
+    # The same checks run on JAX and PyTorch in `test_backends.py`.
+    differences = mask_checks.mask_differences()
+    assert {name: value for name, value in differences.items() if value > 1e-5} == {}
+    assert mask_checks.half_precision_finite() == {"mixed_float16": True,
+                                                   "mixed_bfloat16": True}

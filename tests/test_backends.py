@@ -18,6 +18,9 @@ import pytest
 
 CHILD = os.path.join(os.path.dirname(__file__), "backend_child.py")
 LEGACY = os.path.join(os.path.dirname(__file__), "data", "legacy")
+# One child process per backend, each training or loading a model: the slow tier.
+pytestmark = pytest.mark.slow
+
 BACKENDS = ("tensorflow", "jax", "torch")
 OTHERS = BACKENDS[1:]
 
@@ -112,6 +115,23 @@ def test_mixed_bfloat16_gives_float32_logits_and_no_nan_on_a_padded_row(runs, ba
     assert facts["bfloat16_logits_dtype"] == "float32"
     assert facts["bfloat16_logits_finite"]
     assert facts["bfloat16_generate_shape"][0] == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_mask_rule_and_two_attention_paths_agree(runs, backend):
+    # `mask_checks.mask_differences`: boolean (Keras's) against numeric (the
+    # tutorial's) masks in every layer and stack, `keras.layers.MultiHeadAttention`
+    # with copied weights, `keras.ops.dot_product_attention` against the
+    # explicit softmax, and Keras's implicit masks.
+    differences = runs[backend][1]["mask_differences"]
+    assert len(differences) == 20
+    assert {name: value for name, value in differences.items() if value > 1e-5} == {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_precision_attention_has_no_nan_on_a_fully_masked_row(runs, backend):
+    assert runs[backend][1]["half_precision_finite"] == {"mixed_float16": True,
+                                                         "mixed_bfloat16": True}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
