@@ -16,6 +16,13 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Every notebook belongs to the slow tier (each trains or plots for seconds)."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _doctest_names(doctest_namespace):
     """The names every docstring example may use without importing them."""

@@ -27,9 +27,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
+from helpers import TINY_TRAIN
 
 import keras_transformer as kt
-from conftest import TINY_TRAIN
 from keras_transformer import train
 from keras_transformer.data import english_korean_corpus, make_dataset
 from keras_transformer.text import WordTokenizer

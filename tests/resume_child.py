@@ -14,8 +14,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
+from helpers import TINY_TRAIN, AtBatch
 
-from conftest import TINY_TRAIN, AtBatch
 from keras_transformer import train
 from keras_transformer.data import english_korean_corpus
 

@@ -8,9 +8,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import AtBatch
 
 import keras_transformer as kt
-from conftest import AtBatch
 from keras_transformer import cli
 from keras_transformer.classification import (
     TextClassifier,
@@ -72,6 +72,7 @@ def test_masking_statistics_follow_bert():
     assert not np.isin(inputs[chosen][replaced], special + (6,)).any()
 
 
+@pytest.mark.slow
 def test_masking_runs_in_a_dataset_anew_each_epoch_and_fixed_for_validation():
     keras.utils.set_random_seed(0)  # as the recipe does: a global seed must not freeze it
     tokenizer = WordTokenizer.from_texts([" ".join(ANIMALS * 3)], encoder_tokens=True,
@@ -164,6 +165,7 @@ def test_classification_metrics():
     assert scores["f1"] == {"a": round(2 / 3, 4), "b": round(2 / 3, 4), "c": 1.0}
 
 
+@pytest.mark.slow
 def test_the_classifier_learns_a_toy_task(tmp_path):
     examples = toy_examples(400)
     result = fine_tune(examples, str(tmp_path / "clf"), toy_examples(100, seed=1),
@@ -188,6 +190,7 @@ def pretrained_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_pretrained_weights(pretrained_dir, tmp_path):
     mlm, _ = load_pretrained(str(pretrained_dir))
     pretrained = [w.copy() for w in mlm.encoder.get_weights()]
@@ -209,6 +212,7 @@ def test_fine_tuning_starts_from_the_pretrained_weights(pretrained_dir, tmp_path
     assert config["pretrained"] == str(pretrained_dir)
 
 
+@pytest.mark.slow
 def test_an_interrupted_fine_tuning_resumes_where_it_stopped(tmp_path):
     out = str(tmp_path / "clf")
 
@@ -250,6 +254,7 @@ def toy_language(tmp_path_factory):
     return pretrain(texts, str(out), epochs=20, warmup_steps=50, **TINY), texts
 
 
+@pytest.mark.slow
 def test_the_masked_lm_learns_a_toy_language(toy_language):
     result, texts = toy_language
     counts = collections.Counter(word for text in texts for word in text.split())
@@ -258,6 +263,7 @@ def test_the_masked_lm_learns_a_toy_language(toy_language):
     assert result.metrics["val_masked_accuracy"] > 1.5 * unigram_guess
 
 
+@pytest.mark.slow
 def test_each_fine_tuning_of_one_result_starts_from_the_pretrained_weights(toy_language,
                                                                            tmp_path):
     result = toy_language[0]
@@ -277,6 +283,7 @@ def test_each_fine_tuning_of_one_result_starts_from_the_pretrained_weights(toy_l
         np.testing.assert_array_equal(weights, expected)
 
 
+@pytest.mark.slow
 def test_pretraining_helps_where_labels_are_few(toy_language, tmp_path):
     """20 labelled examples name two animals and two vehicles; the test texts
     only the other eight words, which the masked LM saw among the first
@@ -302,6 +309,7 @@ def run_cli(args, capsys):
     return status, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_cli_pretrain_classify_and_predict(pretrained_dir, tmp_path, capsys):
     data = tmp_path / "train.tsv"
     data.write_text("".join(f"{text}\t{label}\n" for text, label in toy_examples(200)))
@@ -345,6 +353,7 @@ def test_a_tsv_line_without_a_label_names_the_line(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "o" / "model.keras")
 
 
+@pytest.mark.slow
 def test_models_run_under_mixed_precision_and_xla():
     ids = random_ids((4, 10))
     mlm = kt.MaskedLanguageModel(**KARGS, dtype="mixed_bfloat16")

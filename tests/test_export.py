@@ -79,6 +79,7 @@ def stored_values(path):
                if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
 
 
+@pytest.mark.slow
 def test_saved_model_keeps_each_weight_once_and_no_optimizer(trained, exported, tmp_path):
     """Tracking the trained Keras model beside the signature's variables saved Adam's
     two slots and every weight twice: four times the weights' numbers."""
@@ -101,6 +102,7 @@ def test_saved_model_keeps_each_weight_once_and_no_optimizer(trained, exported, 
     )
 
 
+@pytest.mark.slow
 def test_the_tf1_loader_of_tf_serving_runs_the_signature(trained, exported):
     """TF Serving's loader finds the variables through `captured_variables`."""
     import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
@@ -115,6 +117,7 @@ def test_the_tf1_loader_of_tf_serving_runs_the_signature(trained, exported):
     assert [text.decode("utf-8") for text in served] == translator.translate(texts)
 
 
+@pytest.mark.slow
 def test_saved_model_serves_strings_without_the_package(trained, exported):
     _, translator = trained
     result = subprocess.run(
@@ -141,6 +144,7 @@ def test_saved_model_holds_the_vocabularies_as_assets(trained, exported):
             assert exported_vocabulary == f.read()
 
 
+@pytest.mark.slow
 def test_saved_model_cli_lists_the_signature(exported):
     result = subprocess.run(
         [shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
@@ -154,6 +158,7 @@ def test_saved_model_cli_lists_the_signature(exported):
     assert "outputs['token_ids']" in signature and "DT_INT32" in signature
 
 
+@pytest.mark.slow
 def test_saved_model_cli_run_prints_the_translations(trained, exported):
     _, translator = trained
     texts = INPUTS[:2]
@@ -170,6 +175,7 @@ def test_saved_model_cli_run_prints_the_translations(trained, exported):
         assert str(translation.encode("utf-8"))[1:] in printed
 
 
+@pytest.mark.slow
 def test_export_replaces_an_old_model_and_leaves_it_on_failure(trained, tmp_path, monkeypatch):
     _, translator = trained
     path = str(tmp_path / "model")
@@ -211,6 +217,7 @@ def test_export_rejects_sampling(trained, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_keras_export_of_the_forward_pass_still_works(trained, tmp_path):
     _, translator = trained
     ids = tf.TensorSpec([None, None], tf.int32)

@@ -14,10 +14,10 @@ import h5py
 import keras
 import numpy as np
 import pytest
+from helpers import TINY_TRAIN as TINY
 
 import keras_transformer
 import keras_transformer.cli
-from conftest import TINY_TRAIN as TINY
 from keras_transformer import Translator, train
 from keras_transformer._files import atomic_path
 from keras_transformer.callbacks import Backup, BestWeights
@@ -40,6 +40,7 @@ def run_child(out_dir, *pause):
                             stdout=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_training_killed_mid_epoch_resumes_to_the_same_weights(tmp_path):
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     uninterrupted = run_child(whole)
@@ -105,6 +106,7 @@ def test_an_interrupted_atomic_write_keeps_the_old_file(tmp_path):
     assert os.listdir(tmp_path) == ["vocab.txt"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_checkpoint_keeps_the_previous_weights(trained, tmp_path, monkeypatch):
     model = Translator.load(trained).model
     best = BestWeights(str(tmp_path / "best.weights.h5"))
@@ -139,6 +141,7 @@ def test_a_backup_interrupted_before_its_state_file_restores_the_epoch_before(
     np.testing.assert_array_equal(kernel.numpy(), before)
 
 
+@pytest.mark.slow
 def test_an_interrupted_translator_save_leaves_the_previous_model_loadable(
         trained, tmp_path, monkeypatch, corpus):
     directory = tmp_path / "model"
@@ -170,6 +173,7 @@ def test_a_damaged_model_file_names_the_file(trained, tmp_path, damage):
         Translator.load(directory)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage\n", b"", b"<PAD>\n<SOS>\n",
                                      b"<PAD>\n<SOS>\n<END>\n<UNK>\nsame\nsame\n"])
 def test_a_damaged_vocabulary_names_the_file(trained, tmp_path, content):
@@ -180,6 +184,7 @@ def test_a_damaged_vocabulary_names_the_file(trained, tmp_path, content):
         Translator.load(directory)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", ["", "[1, 2]", '{"model": "model.keras"}',
                                      '{"source_tokenizer": 3}', "\x00\x01"])
 def test_a_damaged_config_names_the_file(trained, tmp_path, content):
@@ -270,6 +275,7 @@ def test_cli_reports_bad_data_and_values_in_one_line(tmp_path, capsys, monkeypat
     assert re.search(message, one_line_error(capsys, status))
 
 
+@pytest.mark.slow
 def test_cli_trains_on_less_than_one_batch_with_no_time_at_all(tmp_path, capsys):
     data = write_tsv(tmp_path / "data.tsv", [("I read", "나는 읽는다"), ("you run", "너는 뛴다"),
                                              ("we eat", "우리는 먹는다")])
@@ -299,6 +305,7 @@ def test_cli_names_a_damaged_model_directory(trained, tmp_path, capsys):
                                                                                     status)
 
 
+@pytest.mark.slow
 def test_cli_usage_error_exits_non_zero_without_a_traceback():
     result = subprocess.run([sys.executable, "-m", "keras_transformer", "translate"],
                             capture_output=True, text=True, timeout=120, check=False)

@@ -5,9 +5,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import tiny_kargs
 
 import keras_transformer as kt
-from conftest import tiny_kargs
 from keras_transformer import _backend, _compat, cli
 from keras_transformer.data import reverse_task
 from keras_transformer.export import EXPORTED_OPTIONS
@@ -59,6 +59,7 @@ def penalised_log_prob(model, inp, seqs, alpha):
     return np.array(scores)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 3, 17])
 def test_cached_greedy_equals_the_tutorials_recomputation_on_a_random_model(
     random_model, batch
@@ -69,6 +70,7 @@ def test_cached_greedy_equals_the_tutorials_recomputation_on_a_random_model(
     np.testing.assert_array_equal(random_model.generate(inp, use_cache=False).numpy(), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 3, 17])
 def test_cached_greedy_equals_the_tutorials_recomputation_on_a_trained_model(
     trained_model, batch
@@ -78,6 +80,7 @@ def test_cached_greedy_equals_the_tutorials_recomputation_on_a_trained_model(
     np.testing.assert_array_equal(trained_model.generate(inp).numpy(), expected)
 
 
+@pytest.mark.slow
 def test_trained_model_reverses_unseen_sources(trained_model):
     inp, _, dec_out = reverse_task(50, seed=7)
     out = trained_model.generate(inp).numpy()
@@ -85,6 +88,7 @@ def test_trained_model_reverses_unseen_sources(trained_model):
     assert (out == dec_out[:, :n]).all(axis=1).mean() >= 0.9
 
 
+@pytest.mark.slow
 def test_rows_that_end_early_are_padded_after_end(trained_model):
     inp, _, dec_out = reverse_task(6, seed=5, min_len=2, max_len=8)
     out = trained_model.generate(inp).numpy()
@@ -95,6 +99,7 @@ def test_rows_that_end_early_are_padded_after_end(trained_model):
         assert (out[row, length + 1 :] == PAD).all()
 
 
+@pytest.mark.slow
 def test_row_without_end_stops_at_max_length(trained_model):
     inp = reverse_task(4, seed=6, min_len=6, max_len=8)[0]
     out = trained_model.generate(inp, max_length=4).numpy()
@@ -102,6 +107,7 @@ def test_row_without_end_stops_at_max_length(trained_model):
     assert not (out == END).any() and not (out == PAD).any()
 
 
+@pytest.mark.slow
 def test_beam_size_one_equals_greedy(random_model, trained_model):
     for model in (random_model, trained_model):
         inp = mixed_length_sources(5, seed=3)
@@ -110,6 +116,7 @@ def test_beam_size_one_equals_greedy(random_model, trained_model):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_beam_search_never_scores_below_greedy(random_model, trained_model, alpha):
     for model in (random_model, trained_model):
@@ -149,6 +156,7 @@ def test_nucleus_sampling_with_tiny_top_p_is_greedy(random_model):
     )
 
 
+@pytest.mark.slow
 def test_generation_is_traced_once_per_input_shape_and_method(random_model):
     inp = mixed_length_sources(3, seed=1)
     for _ in range(3):
@@ -159,6 +167,7 @@ def test_generation_is_traced_once_per_input_shape_and_method(random_model):
     assert decode.experimental_get_tracing_count() == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch, methods", [(1, ["beam"]), (3, ["beam", "mmi"]), (17, ["beam"])])
 def test_default_xla_decoding_equals_the_tensorflow_graph(random_model, trained_model, batch,
                                                          methods):
@@ -184,6 +193,7 @@ def fresh_copy(model):
     return copy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 3, 17])
 def test_products_kept_apart_from_the_bias_decode_the_same_tokens(
     random_model, trained_model, batch, monkeypatch
@@ -214,6 +224,7 @@ def test_products_kept_apart_from_the_bias_decode_the_same_tokens(
             np.testing.assert_array_equal(copy.generate(inp, method=method).numpy(), want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mixed_float16", "mixed_bfloat16"])
 def test_generate_under_mixed_precision(trained_model, policy, name):
     policy(name)
@@ -228,6 +239,7 @@ def test_generate_under_mixed_precision(trained_model, policy, name):
         assert (out == expected).all(axis=1).mean() >= 0.9
 
 
+@pytest.mark.slow
 def test_attention_weights_of_generate_equal_a_teacher_forced_pass(trained_model):
     inp = reverse_task(3, seed=14)[0]
     tokens, weights = trained_model.generate(inp, return_attention_weights=True)
@@ -245,6 +257,7 @@ def test_attention_weights_of_generate_equal_a_teacher_forced_pass(trained_model
             )
 
 
+@pytest.mark.slow
 def test_inference_is_the_tutorials_list_of_ids(trained_model):
     inp = reverse_task(1, seed=15)[0]
     ids = trained_model.inference(inp)
@@ -299,6 +312,7 @@ def test_generate_rejects_ids_outside_the_vocabulary(random_model):
         random_model.generate(np.array([[4, 16]]))
 
 
+@pytest.mark.slow
 def test_bfloat16_serving_copy_decodes_like_the_float32_model(trained_model):
     fast = trained_model.serving_copy()
     assert {w.dtype for w in fast.weights} == {"bfloat16"}

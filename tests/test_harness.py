@@ -82,6 +82,7 @@ SAVES = {"translator": save_translator, "classifier": save_classifier,
          "pretrained": save_pretrained}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", SAVES)
 def test_an_interrupted_save_leaves_the_previous_model_directory_whole(kind, tmp_path,
                                                                        monkeypatch):
@@ -188,6 +189,7 @@ def interrupted_run(out):
     return arguments
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "content"), [
     ("backup/state.json", '{"epoch": 1}'),
     ("backup/state.json", '{"epoch": 1, "finished": false, "weights": 3, "seed_states": []}'),
@@ -200,6 +202,7 @@ def test_a_damaged_file_of_an_interrupted_run_is_named(name, content, tmp_path):
         kt.train(**arguments)
 
 
+@pytest.mark.slow
 def test_a_bug_of_ours_while_resuming_is_not_reported_as_a_damaged_backup(tmp_path,
                                                                          monkeypatch):
     arguments = interrupted_run(tmp_path / "run")
@@ -340,11 +343,13 @@ def start(*flags, **env):
     return result.returncode, result.stderr.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_the_first_line_a_user_reads_is_ours():
     assert start() == (2, ["keras-transformer translate: error: nowhere: no such model "
                            "directory"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flags", "env"), [(["--verbose"], {}),
                                             ([], {"TF_CPP_MIN_LOG_LEVEL": "0"})])
 def test_verbose_or_the_users_log_level_shows_tensorflows_lines(flags, env):

@@ -4,9 +4,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import tiny_kargs
 
 import keras_transformer as kt
-from conftest import tiny_kargs
 
 LAYER_CLASSES = [kt.MultiHeadAttention, kt.EncoderLayer, kt.DecoderLayer, kt.Encoder,
                  kt.Decoder, kt.Transformer]
@@ -57,6 +57,7 @@ def test_an_option_of_another_class_is_a_type_error(cls, option):
         cls(**tiny_kargs(**option))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", LAYER_CLASSES)
 @pytest.mark.parametrize(
     "options",
@@ -150,6 +151,7 @@ def test_too_long_sequence_is_a_value_error_in_eager_and_tf_function():
         tf.function(encoder)(too_long)
 
 
+@pytest.mark.slow
 def test_too_long_sequence_with_unknown_length_fails_with_a_clear_message():
     encoder = kt.Encoder(**tiny_kargs())
     fn = tf.function(encoder, input_signature=[tf.TensorSpec((None, None), tf.int32)])

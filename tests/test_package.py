@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import keras_transformer as kt
 
 APPLICATION = ("sacrebleu", "tensorflow_text", "keras_transformer.recipe",
@@ -31,6 +33,7 @@ def run_python(code):
     return result.stdout
 
 
+@pytest.mark.slow
 def test_import_and_a_layer_load_no_application_module():
     loaded = json.loads(run_python(
         "import sys, json\nimport keras_transformer as kt\n" + BUILD_AND_RUN
@@ -39,6 +42,7 @@ def test_import_and_a_layer_load_no_application_module():
     assert loaded == []
 
 
+@pytest.mark.slow
 def test_the_encoder_only_recipes_do_not_load_the_translation_recipe():
     loaded = json.loads(run_python(
         "import sys, json\nimport keras_transformer.classification\n"
@@ -48,6 +52,7 @@ def test_the_encoder_only_recipes_do_not_load_the_translation_recipe():
     assert loaded == []
 
 
+@pytest.mark.slow
 def test_the_core_needs_neither_matplotlib_sacrebleu_nor_tensorflow_text():
     """Keras itself imports matplotlib when it is installed, so the core is
     shown not to need it: it runs with all three made unimportable."""

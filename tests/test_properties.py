@@ -90,6 +90,7 @@ def test_word_tokenizer_gives_one_known_id_per_tutorial_word(text):
     assert ((ids >= UNK) & (ids < tokenizer.vocab_size)).all()
 
 
+@pytest.mark.slow
 @given(st.lists(ANY_TEXT, min_size=1, max_size=4))
 def test_word_and_char_tokenizers_round_trip_text_they_have_seen(texts):
     for cls in (WordTokenizer, CharTokenizer):
@@ -106,6 +107,7 @@ def wordpiece_tokenizer():
                                          vocab_size=200, verbose=0)
 
 
+@pytest.mark.slow
 @given(st.text(st.sampled_from(HANGUL_AND_LATIN), max_size=80))
 def test_wordpiece_spells_any_text_over_its_alphabet(text):
     tokenizer = wordpiece_tokenizer()
@@ -211,6 +213,7 @@ def attention_layer():
     return kt.MultiHeadAttention(d_model=8, num_heads=2)
 
 
+@pytest.mark.slow
 @given(padded_ids(), st.integers(0, 2**31 - 1))
 def test_padding_masks_give_finite_weights_that_skip_padding(ids, seed):
     x = tf.random.stateless_normal((BATCH, LENGTH, 8), seed=[seed, 0])
@@ -244,6 +247,7 @@ def forward():
     return tf.function(lambda source, target: model((source, target)))
 
 
+@pytest.mark.slow
 @given(padded_ids(), padded_ids(min_tokens=1), st.integers(1, LENGTH - 1))
 def test_decoder_outputs_never_depend_on_later_positions(source, target, position):
     changed = target.copy()
@@ -253,6 +257,7 @@ def test_decoder_outputs_never_depend_on_later_positions(source, target, positio
     np.testing.assert_allclose(before, after, atol=1e-5)
 
 
+@pytest.mark.slow
 @given(padded_ids(), st.sampled_from([1, 4, LENGTH]))
 def test_generated_rows_are_well_formed_and_independent_of_the_batch(source, max_length):
     model = random_model()
@@ -270,6 +275,7 @@ def test_generated_rows_are_well_formed_and_independent_of_the_batch(source, max
         assert (alone[width:] == PAD).all() and (row[width:] == PAD).all()
 
 
+@pytest.mark.slow
 @given(padded_ids(min_tokens=1))
 def test_extra_source_padding_does_not_change_the_output(source):
     model = random_model()
@@ -296,6 +302,7 @@ def served(tmp_path_factory):
         model, source, target)
 
 
+@pytest.mark.slow
 @given(st.lists(st.one_of(ANY_TEXT, st.sampled_from(["나는 학교에 간다", "you go home"])),
                 min_size=1, max_size=3))
 def test_the_signature_answers_any_strings_like_the_translator(served, texts):

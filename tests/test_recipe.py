@@ -11,9 +11,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import TINY_TRAIN as TINY
+from helpers import AtBatch, sees_pairs
 
-from conftest import TINY_TRAIN as TINY
-from conftest import AtBatch, sees_pairs
 from keras_transformer import Translator, cli, export_saved_model, train
 from keras_transformer.data import english_korean_corpus
 from keras_transformer.plotting import plot_attention, plot_confusion_matrix, plot_history
@@ -51,6 +51,7 @@ def chatbot_dir(tmp_path_factory, corpus):
     return out, json.loads(stdout.getvalue().strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_cli_train_writes_a_reloadable_directory(chatbot_dir):
     out, metrics = chatbot_dir
     for name in ("model.keras", "source_vocab.txt", "target_vocab.txt", "config.json",
@@ -66,6 +67,7 @@ def test_cli_train_writes_a_reloadable_directory(chatbot_dir):
     assert (out / "source_vocab.txt").read_text() == (out / "target_vocab.txt").read_text()
 
 
+@pytest.mark.slow
 def test_reloaded_translator_translates_like_the_trained_one(chatbot_dir, corpus):
     out, _ = chatbot_dir
     translator = Translator.load(out)
@@ -78,6 +80,7 @@ def test_reloaded_translator_translates_like_the_trained_one(chatbot_dir, corpus
     assert again.translate(sources) == outputs
 
 
+@pytest.mark.slow
 def test_cli_translate_prints_one_line_per_text(chatbot_dir, corpus, capsys):
     out, _ = chatbot_dir
     texts = [source for source, _ in corpus["valid"][:3]]
@@ -86,6 +89,7 @@ def test_cli_translate_prints_one_line_per_text(chatbot_dir, corpus, capsys):
     assert lines[-1] == "" and lines[:-1] == Translator.load(out).translate(texts)
 
 
+@pytest.mark.slow
 def test_cli_chat_answers_each_stdin_line_on_stdout(chatbot_dir, corpus):
     """A real subprocess: stdout must hold exactly the answers, logs go to stderr."""
     out, _ = chatbot_dir
@@ -123,6 +127,7 @@ class EpochRecorder(keras.callbacks.Callback):
         self.epochs.append(epoch)
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_where_it_stopped(tmp_path, corpus):
     out = str(tmp_path / "run")
     with pytest.raises(KeyboardInterrupt):
@@ -142,6 +147,7 @@ def test_interrupted_training_resumes_where_it_stopped(tmp_path, corpus):
     assert not os.path.isdir(os.path.join(out, "backup"))
 
 
+@pytest.mark.slow
 def test_time_budget_stops_early_and_still_saves(tmp_path, corpus):
     out = tmp_path / "budget"
     result = train(corpus["train"], str(out), corpus["valid"], epochs=50, time_budget=0,
@@ -204,6 +210,7 @@ def test_plots_speak_korean_for_the_notebooks():
 # Issue 13: the defaults must learn on small data and report a collapse.
 
 
+@pytest.mark.slow
 def test_the_defaults_learn_the_30_pair_task(tmp_path):
     """600 pairs, 30 distinct: a default recipe whose learning rate peaked at 0.012
     here answered every sentence with nothing."""
@@ -220,6 +227,7 @@ def _peak(optimizer, steps=10**6):
     return values.max(), values.argmax()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::keras_transformer.recipe.CollapseWarning")
 def test_the_peak_learning_rate_does_not_depend_on_the_run_length(tmp_path):
     tiny = train(sees_pairs(1)[:40], str(tmp_path / "tiny"), epochs=1, time_budget=0,
@@ -235,6 +243,7 @@ def test_the_peak_learning_rate_does_not_depend_on_the_run_length(tmp_path):
     assert tiny_at + 1 == 400
 
 
+@pytest.mark.slow
 def test_a_collapsed_model_is_reported(tmp_path, monkeypatch, corpus):
     monkeypatch.setattr(Translator, "translate",
                         lambda self, texts, **kwargs: ["잘 될 거예요."] * len(list(texts)))
@@ -258,6 +267,7 @@ def test_collapse_warning_only_for_answers_all_alike_or_empty():
     assert collapse_warning(["네"] * 100, ["네"] * 100) is None
 
 
+@pytest.mark.slow
 def test_special_ids_other_than_0_1_2_3_travel_end_to_end(tmp_path):
     """Real words at ids 0, 1, 2 and the special tokens at the end: any place that
     still treats 0 as <PAD>, 1 as <SOS> or 2 as <END> loses or cuts answers."""

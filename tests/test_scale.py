@@ -7,9 +7,9 @@ import sys
 import keras
 import numpy as np
 import pytest
+from helpers import TINY_TRAIN, run_two_workers, tiny_kargs
 
 import keras_transformer as kt
-from conftest import TINY_TRAIN, run_two_workers, tiny_kargs
 from keras_transformer import train
 from keras_transformer.data import english_korean_corpus, reverse_task
 from keras_transformer.data.pipeline import padded_sources
@@ -18,6 +18,7 @@ CHILD = os.path.join(os.path.dirname(__file__), "distributed_child.py")
 TINY = dict(TINY_TRAIN, samples=0)
 
 
+@pytest.mark.slow
 def test_mirrored_over_two_cpus_computes_the_one_device_gradients(tmp_path):
     """Plain SGD: each weight moves by exactly -learning rate x gradient, so a
     gradient N times too big or too small (the replicas' losses summed, or
@@ -43,6 +44,7 @@ def test_mirrored_over_two_cpus_computes_the_one_device_gradients(tmp_path):
                                atol=1e-6)
 
 
+@pytest.mark.slow
 def test_two_worker_processes_end_with_identical_weights(tmp_path):
     assert run_two_workers("multi_worker", tmp_path) == [0, 0]
     chief, other = (np.load(tmp_path / f"weights-{i}.npz") for i in range(2))
@@ -54,6 +56,7 @@ def test_two_worker_processes_end_with_identical_weights(tmp_path):
     assert (tmp_path / "run" / "worker-1" / "model.keras").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_training_learns_the_reverse_task(policy):
     keras.utils.set_random_seed(0)
@@ -70,6 +73,7 @@ def test_mixed_precision_training_learns_the_reverse_task(policy):
     assert accuracy > 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("static_shape", [True, False])
 def test_static_shapes_give_the_xla_train_step_one_shape(tmp_path, monkeypatch, static_shape):
     traces = []  # Keras calls train_step in Python once per trace of the step

@@ -4,9 +4,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import fit_reverse, tiny_kargs
 
 import keras_transformer as kt
-from conftest import fit_reverse, tiny_kargs
 from keras_transformer.data import reverse_task
 
 
@@ -62,16 +62,19 @@ def held_out_accuracy(model):
     ]
 
 
+@pytest.mark.slow
 def test_fit_with_tutorial_kargs_learns_the_reverse_task(trained_model):
     assert held_out_accuracy(trained_model) >= 0.99
 
 
+@pytest.mark.slow
 def test_fit_with_jit_compile_learns_the_reverse_task():
     model = fit_reverse(jit_compile=True)
     assert model.jit_compile
     assert held_out_accuracy(model) >= 0.99
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip_gives_identical_predictions(trained_model, tmp_path):
     path = tmp_path / "model.keras"
     trained_model.save(path)
@@ -84,6 +87,7 @@ def test_keras_file_round_trip_gives_identical_predictions(trained_model, tmp_pa
     np.testing.assert_array_equal(loaded.generate(inp).numpy(), trained_model.generate(inp).numpy())
 
 
+@pytest.mark.slow
 def test_tf_saved_model_save_and_reload_runs(trained_model, tmp_path):
     inp, dec_in, _ = reverse_task(4, seed=3)
     expected = trained_model([inp, dec_in]).numpy()
@@ -99,6 +103,7 @@ def test_tf_saved_model_save_and_reload_runs(trained_model, tmp_path):
     np.testing.assert_allclose(output.numpy(), expected[: output.shape[0]], atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "options",
     [{"share_embeddings": True}, {"norm_first": True, "activation": "gelu",
@@ -135,6 +140,7 @@ def contains_seven_task(n, seed):
     return ids, labels
 
 
+@pytest.mark.slow
 def test_encoder_drops_into_a_functional_classifier(tmp_path):
     keras.utils.set_random_seed(0)
     ids = keras.Input(shape=(None,), dtype="int32")
@@ -162,6 +168,7 @@ def test_encoder_output_carries_a_keras_mask_for_pooling():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_fits_with_float32_logits_and_no_nan(name, policy):
     policy(name)
