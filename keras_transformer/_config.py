@@ -32,12 +32,23 @@ _KERAS_LAYER_KEYS = frozenset(
 )
 
 
+_KARGS_OWNER = []
+
+
+def kargs_owner(cls):
+    """Class decorator of `Transformer`: its options are the keys a `kargs`
+    dict may hold. Registered here rather than imported, so that this module,
+    which every layer imports, imports nothing of the package (no cycle)."""
+    _KARGS_OWNER[:] = [cls]
+    kargs_keys.cache_clear()
+    return cls
+
+
 @functools.cache
 def kargs_keys():
     """The keys a `kargs` dict may hold: the options of `Transformer`."""
-    from keras_transformer.transformer import Transformer
-
-    return frozenset(init_options(Transformer))
+    (owner,) = _KARGS_OWNER
+    return frozenset(init_options(owner))
 
 
 def layer_kwargs(cls_name: str, kwargs: dict) -> dict:

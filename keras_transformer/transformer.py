@@ -48,6 +48,7 @@ class _FunctionCache:
         return self._functions[key]
 
 
+@_config.kargs_owner
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(_backend.TrainerMixin, keras.Model):
     """Encoder-decoder Transformer of "Attention Is All You Need".

@@ -1,9 +1,11 @@
 """The package as a whole: a light import, the core on its own, the public names."""
 
+import ast
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,50 @@ model = kt.Transformer(num_layers=1, d_model=16, num_heads=2, dff=32, input_voca
 model((tf.ones((2, 4), tf.int32), tf.ones((2, 3), tf.int32)))
 model.generate(tf.ones((2, 4), tf.int32), method="mmi")
 """
+
+
+PACKAGE = Path(kt.__file__).parent
+# The floor that runs on every Keras backend (DESIGN.md); the rest is the application.
+CORE = ("_backend", "_compat", "_config", "_stack", "attention", "bert", "decoder", "encoder",
+        "feed_forward", "generation", "masking", "positional", "training", "transformer")
+
+
+def package_imports(module):
+    """The package's modules that `module` imports anywhere in its file (at the
+    top or inside a function), by their names below the package."""
+    tree = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_transformer"):
+            base = node.module.removeprefix("keras_transformer").lstrip(".")
+            for alias in node.names:
+                name = f"{base}.{alias.name}".lstrip(".")
+                is_module = (PACKAGE / f"{name.replace('.', '/')}.py").exists()
+                found.add(name if is_module else base)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.removeprefix("keras_transformer.") for alias in node.names
+                         if alias.name.startswith("keras_transformer."))
+    return found - {""}
+
+
+def test_the_core_imports_no_application_module_and_has_no_import_cycle():
+    # Read from the source, so a function-level import counts as well.
+    graph = {module: package_imports(module) for module in CORE}
+    assert {module: sorted(imports - set(CORE)) for module, imports in graph.items()
+            if imports - set(CORE)} == {}
+    done, path = set(), []
+
+    def visit(module):
+        assert module not in path, f"import cycle: {' -> '.join(path + [module])}"
+        if module not in done:
+            path.append(module)
+            for imported in sorted(graph[module]):
+                visit(imported)
+            path.pop()
+            done.add(module)
+
+    for module in CORE:
+        visit(module)
 
 
 def run_python(code):
