@@ -20,11 +20,11 @@ Deviations from the tutorial, all invisible to its users:
 - a boolean mask means what it means in Keras (True = attend), beside the
   tutorial's numeric one (1 = blocked), and Keras's call form works beside
   the tutorial's (see `MultiHeadAttention`);
-- where no weights are asked for (training, decoding, Keras's call) on a GPU
-  with JAX or PyTorch, whose fused kernels pay, the attention runs through
-  `keras.ops.dot_product_attention` (flash attention where it can); on a
-  CPU Keras's op is the same arithmetic in more operations, and measured
-  slower (`_backend.has_fused_attention`).
+- where no weights are asked for (training, decoding, Keras's call) and a
+  flash kernel pays (a GPU with JAX or PyTorch, 16-bit floats, 128 tokens
+  or more), the attention runs through `keras.ops.dot_product_attention`;
+  elsewhere Keras's op measured no faster (3-12% slower on CPUs:
+  `_takes_kernel`).
 """
 
 import math
@@ -38,11 +38,33 @@ from keras_transformer._stack import Dense, affine
 from keras_transformer.masking import attend_mask, is_keras_mask
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
-# The shortest queries and keys for which `keras.ops.dot_product_attention` may
-# pick a flash kernel. Training the tutorial's model in bfloat16 through JAX on
-# an H200 (benchmarks/RESULTS.md), cuDNN's flash attention took 0.89x, 0.82x
-# and 0.68x of XLA's step time at 128, 256 and 512 tokens, and 1.2x at 24.
+# The shortest queries and keys for which the attention runs through
+# `keras.ops.dot_product_attention` and its flash kernel. Training the
+# tutorial's model in bfloat16 through JAX on an H200 (benchmarks/RESULTS.md),
+# cuDNN's flash attention took 0.89x, 0.82x and 0.68x of XLA's step time at
+# 128, 256 and 512 tokens, and 1.2x at 24.
 _FLASH_MIN_LENGTH = 128
+
+
+def _takes_kernel(q, k):
+    """Whether the attention of `q` `(B, H, T, depth)` over `k` `(B, H, S, depth)`
+    runs through `keras.ops.dot_product_attention` rather than the explicit
+    softmax: where a flash kernel can run and pays, a GPU with JAX or PyTorch
+    (`_backend.has_fused_attention`), 16-bit floats, and at least
+    `_FLASH_MIN_LENGTH` queries and keys. Elsewhere Keras's op measured no
+    faster (level on a GPU without flash, 3-12% slower on CPUs)."""
+    lengths = (q.shape[2], k.shape[2])
+    return (_backend.has_fused_attention(q)
+            and keras.backend.standardize_dtype(q.dtype) in ("float16", "bfloat16")
+            and None not in lengths and min(lengths) >= _FLASH_MIN_LENGTH)
+
+
+def split_outputs(outputs, with_weights, with_cache):
+    """`(output, weights or None, cache or None)` of a `MultiHeadAttention` call
+    made with `return_attention_scores=with_weights` and a cache or not."""
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return (outputs[0], outputs[1] if with_weights else None,
+            outputs[-1] if with_cache else None)
 
 
 def _is_plain_dense(layer, dtype_policy):
@@ -128,12 +150,12 @@ class MultiHeadAttention(keras.layers.Layer):
     so a boolean mask and the same numeric one give equal outputs everywhere,
     padding included.)
 
-    Where no weights are asked for, on a GPU with JAX or PyTorch (fused
-    kernels: `_backend.has_fused_attention`), attention runs through
-    `keras.ops.dot_product_attention` (flash attention from 128 tokens on);
-    otherwise through `scaled_dot_product_attention`, whose softmax runs in
-    float32. The two agree to 1e-5 in float32, and a fully
-    masked row gives the mean of the values in both.
+    Where no weights are asked for and a flash kernel pays (a GPU with JAX
+    or PyTorch, 16-bit floats, 128 tokens or more: `_takes_kernel`), attention
+    runs through `keras.ops.dot_product_attention`; otherwise through
+    `scaled_dot_product_attention`, whose softmax runs in float32. The two
+    agree to 1e-5 in float32, and a fully masked row gives the mean of the
+    values in both.
 
     Runs on every Keras backend.
 
@@ -149,7 +171,10 @@ class MultiHeadAttention(keras.layers.Layer):
         query: tensor `(B, T, d_model)`. The tutorial's `q`, third.
         mask: a mask by the rule above, or `None`. The tutorial's fourth
             argument; `attention_mask` is the same argument by Keras's name.
-        attention_mask: Keras's name for `mask` (give one of the two).
+        attention_mask: Keras's name for `mask` (give one of the two), boolean
+            only: a numeric mask means 1 = attend in Keras and 1 = blocked in
+            the tutorial, so it is a `ValueError` here (pass the tutorial's as
+            `mask`).
         return_attention_scores: bool. Also return the `(B, heads, T, S)`
             weights. Defaults to `True` when `value`, `key` and `query` are
             passed by position (the tutorial's call), `False` otherwise.
@@ -209,10 +234,10 @@ class MultiHeadAttention(keras.layers.Layer):
         # the weights back; Keras's gives them by keyword and gets the output.
         if len(args) < 3 and "query" not in kwargs:
             raise ValueError(
-                "Received an invalid call of MultiHeadAttention: pass value, key and "
-                "query by position, in the tutorial's order `mha(v, k, q, mask)`, or by "
-                "keyword as with keras.layers.MultiHeadAttention, "
-                "`mha(query=..., value=...)`. Received: "
+                "Received an invalid value for argument `query`: pass value, key and query "
+                "by position, in the tutorial's order `mha(v, k, q, mask)`, or by keyword "
+                "as with keras.layers.MultiHeadAttention, `mha(query=..., value=...)` (the "
+                "keywords are `value`, `key`, `query`: Keras's names). Received: "
                 f"{len(args)} positional argument(s) and keywords {sorted(kwargs)}"
             )
         kwargs.setdefault("return_attention_scores", len(args) >= 3)
@@ -261,6 +286,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 "Received an invalid value for argument `attention_mask`: it is Keras's "
                 "name for `mask`, and both were given. Received: mask and attention_mask"
             )
+        if attention_mask is not None and not is_keras_mask(attention_mask):
+            raise ValueError(
+                "Received an invalid value for argument `attention_mask`, expected a boolean "
+                "mask (Keras's: True = attend). A numeric mask means the opposite in Keras "
+                "(1 = attend) and in the tutorial (1 = blocked): cast Keras's to bool, or "
+                "pass the tutorial's as `mask`. Received: attention_mask of dtype "
+                f"{keras.backend.standardize_dtype(ops.convert_to_tensor(attention_mask).dtype)}"
+            )
         mask = attention_mask if mask is None else mask
         key_mask = None if key is None or key is value else key_mask
         if cache is not None:
@@ -297,7 +330,7 @@ class MultiHeadAttention(keras.layers.Layer):
             value_mask = key_mask = None
         attend = self._attend_mask(mask, q, k, value_mask, key_mask, use_causal_mask,
                                    cache_index)  # (B|1, H|1, T|1, S)
-        if return_attention_scores or not _backend.has_fused_attention(q):
+        if return_attention_scores or not _takes_kernel(q, k):
             attention, weights = scaled_dot_product_attention(q, k, v, attend)
             attention = ops.transpose(attention, (0, 2, 1, 3))  # (B, T, H, depth)
         else:
@@ -322,8 +355,7 @@ class MultiHeadAttention(keras.layers.Layer):
         it, the mean of the values (a zero query attending to every key), as
         the kernels do not agree there (PyTorch's on a GPU gives zeros). The
         mask is spelled out to its full `(T, S)` (cuDNN's kernel, JAX's flash
-        attention on a GPU, takes no other). A flash kernel is allowed from
-        `_FLASH_MIN_LENGTH` queries and keys on (slower below, on an H200).
+        attention on a GPU, takes no other).
         """
         if attend is not None:
             visible = ops.any(attend, axis=-1, keepdims=True)  # (B|1, H|1, T|1, 1)
@@ -331,19 +363,16 @@ class MultiHeadAttention(keras.layers.Layer):
             attend = ops.logical_or(attend, ops.logical_not(visible))
             attend = ops.broadcast_to(attend, (*ops.shape(attend)[:2], ops.shape(q)[2],
                                                ops.shape(k)[2]))  # (B|1, H|1, T, S)
-        lengths = (q.shape[2], k.shape[2])
-        flash = None if None in lengths or min(lengths) >= _FLASH_MIN_LENGTH else False
-        heads_second = (0, 2, 1, 3)
+        to_kernel = (0, 2, 1, 3)  # (B, H, T, depth) -> (B, T, H, depth)
         return ops.dot_product_attention(
-            ops.transpose(q, heads_second), ops.transpose(k, heads_second),
-            ops.transpose(v, heads_second), mask=attend, scale=1.0 / math.sqrt(self.depth),
-            flash_attention=flash,
+            ops.transpose(q, to_kernel), ops.transpose(k, to_kernel),
+            ops.transpose(v, to_kernel), mask=attend, scale=1.0 / math.sqrt(self.depth),
         )  # (B, T, H, depth)
 
     def _attend_mask(self, mask, q, k, value_mask, key_mask, use_causal_mask, cache_index):
         """Every mask of the call as one boolean `(B|1, H|1, T|1, S)`, True = attend,
         or `None`: the explicit one, the keys' Keras masks and the causal mask."""
-        masks = [attend_mask(mask, self.num_heads, q.shape[2], k.shape[2])]
+        masks = [attend_mask(mask, self.num_heads, q.shape[2], k.shape[2], q.shape[0])]
         for implicit in (value_mask, key_mask):
             if implicit is not None:
                 masks.append(ops.cast(implicit, "bool")[:, None, None, :])  # (B, 1, 1, S)

@@ -225,8 +225,9 @@ class SequenceClassifier(keras.Model):
 
     def call(self, inputs, training=None, return_attention_weights=False):
         ids, segment_ids = _split_inputs(inputs)
-        x, weights = self.encoder(ids, training=training, segment_ids=segment_ids,
-                                  return_attention_weights=True)  # (B, S, d_model)
+        outputs = self.encoder(ids, training=training, segment_ids=segment_ids,
+                               return_attention_weights=return_attention_weights)
+        x, weights = outputs if return_attention_weights else (outputs, None)  # (B, S, d_model)
         if self.pooling == "cls":
             pooled = x[:, 0]  # (B, d_model)
         else:

@@ -17,7 +17,7 @@ import keras
 from keras import ops
 
 from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
-from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.attention import MultiHeadAttention, split_outputs
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import create_look_ahead_mask, create_padding_mask
 
@@ -37,10 +37,10 @@ class DecoderLayer(TransformerLayer):
             layer arguments.
 
     Masks: a numeric mask is the tutorial's (1 = do not attend), a boolean one
-    Keras's (True = attend), in the shapes of `masking.attend_mask`. The Keras
-    masks of `x` and `enc_output` (`Embedding(mask_zero=True)`, an `Encoder`'s
-    output) block their padded positions as keys too, and the output carries
-    the Keras mask of `x` on.
+    Keras's (True = attend), in the shapes of `masking.attend_mask`. Without a
+    cache, the Keras masks of `x` and `enc_output` (`Embedding(mask_zero=True)`,
+    an `Encoder`'s output) block their padded positions as keys too, and the
+    output carries the Keras mask of `x` on.
 
     Call arguments:
         x: tensor `(B, T, d_model)`.
@@ -56,9 +56,9 @@ class DecoderLayer(TransformerLayer):
         cache_index: scalar int tensor. Position of `x` (`T == 1`) when
             decoding with `cache`.
         return_attention_weights: bool. Compute the weights of both blocks
-            (the tutorial's outputs); `False` gives `None` in their place and
-            runs the attention through `keras.ops.dot_product_attention`.
-            Defaults to `True`.
+            (the tutorial's outputs); `False` gives `None` in their place, and
+            the attention may run through `keras.ops.dot_product_attention`
+            (see `MultiHeadAttention`). Defaults to `True`.
 
     Returns:
         `(out (B, T, d_model), weights_block1 (B, heads, T, T),
@@ -109,16 +109,18 @@ class DecoderLayer(TransformerLayer):
         h = self._block_input(x, self.layernorm1)
         outputs = self.mha1(h, h, h, look_ahead_mask, cache=self_cache, cache_index=cache_index,
                             return_attention_scores=return_attention_weights)
-        attn1, weights_block1, self_cache = self._unpack(outputs, return_attention_weights,
-                                                         cache)  # (B, T, d_model), (B, H, T, T|L)
+        attn1, weights_block1, self_cache = split_outputs(
+            outputs, return_attention_weights, self_cache is not None
+        )  # (B, T, d_model), (B, H, T, T or L)
         x = self._block_output(x, attn1, self.dropout1, self.layernorm1, training)
 
         # Encoder-decoder attention block: queries from the decoder.
         h = self._block_input(x, self.layernorm2)
         outputs = self.mha2(enc_output, enc_output, h, padding_mask, cache=cross_cache,
                             return_attention_scores=return_attention_weights)
-        attn2, weights_block2, _ = self._unpack(outputs, return_attention_weights,
-                                                cache)  # (B, T, d_model), (B, H, T, S)
+        attn2, weights_block2, _ = split_outputs(
+            outputs, return_attention_weights, cross_cache is not None
+        )  # (B, T, d_model), (B, H, T, S)
         x = self._block_output(x, attn2, self.dropout2, self.layernorm2, training)
 
         # Feed-forward block.
@@ -128,14 +130,6 @@ class DecoderLayer(TransformerLayer):
         if cache is None:
             return x, weights_block1, weights_block2
         return x, weights_block1, weights_block2, {"self": self_cache, "cross": cross_cache}
-
-    @staticmethod
-    def _unpack(outputs, with_weights, cache):
-        """`(output, weights or None, cache or None)` from a `MultiHeadAttention` call."""
-        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        output, rest = outputs[0], list(outputs[1:])
-        weights = rest.pop(0) if with_weights else None
-        return output, weights, (rest.pop(0) if cache is not None else None)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -163,13 +157,13 @@ class Decoder(TransformerStack):
             from `cache_index`.
         cache_index: scalar int tensor. Position of `x` when decoding.
         return_attention_weights: bool. Compute every layer's weights (the
-            tutorial's output); `False` leaves the dict empty and runs the
-            attention through `keras.ops.dot_product_attention`. Defaults to
-            `True`.
+            tutorial's output); `False` leaves the dict empty, and the
+            attention may run through `keras.ops.dot_product_attention` (see
+            `MultiHeadAttention`). Defaults to `True`.
 
     Masks follow `DecoderLayer`'s rule (numeric: the tutorial's, 1 = do not
-    attend; boolean: Keras's, True = attend); the Keras mask of an
-    `enc_output` from an `Encoder` blocks its padding without a
+    attend; boolean: Keras's, True = attend); without a cache, the Keras mask
+    of an `enc_output` from an `Encoder` blocks its padding without a
     `padding_mask`. (The output carries no Keras mask: a model's logits with
     one would be weighted by it in Keras's loss, on top of `masked_loss`.)
 

@@ -12,7 +12,7 @@ from keras import ops
 
 from keras_transformer._compat import MaskByKeyword
 from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
-from keras_transformer.attention import MultiHeadAttention
+from keras_transformer.attention import MultiHeadAttention, split_outputs
 from keras_transformer.feed_forward import point_wise_feed_forward_network
 from keras_transformer.masking import create_padding_mask, is_keras_mask
 
@@ -73,8 +73,10 @@ class EncoderLayer(MaskByKeyword, TransformerLayer):
     def call(self, x, mask=None, training=None, return_attention_weights=False):
         # Self-attention block.
         h = self._block_input(x, self.layernorm1)
-        attention = self.mha(h, h, h, mask, return_attention_scores=return_attention_weights)
-        attn_output, weights = attention if return_attention_weights else (attention, None)
+        attn_output, weights, _ = split_outputs(
+            self.mha(h, h, h, mask, return_attention_scores=return_attention_weights),
+            return_attention_weights, False,
+        )  # (B, S, d_model), (B, H, S, S) or None
         x = self._block_output(x, attn_output, self.dropout1, self.layernorm1, training)
 
         # Feed-forward block.
@@ -165,10 +167,12 @@ class Encoder(MaskByKeyword, TransformerStack):
 
         attention_weights = {}
         for i, layer in enumerate(self.enc_layers):
-            x = layer(x, mask, training=training,
-                      return_attention_weights=return_attention_weights)
+            outputs = layer(x, mask, training=training,
+                            return_attention_weights=return_attention_weights)
             if return_attention_weights:
-                x, attention_weights[f"encoder_layer{i + 1}"] = x
+                x, attention_weights[f"encoder_layer{i + 1}"] = outputs
+            else:
+                x = outputs
         if self.norm_first:
             x = self.final_layernorm(x)
 

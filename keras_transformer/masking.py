@@ -79,7 +79,7 @@ def create_masks(inp, tar, pad_token_idx=0):
     return enc_padding_mask, combined_mask, dec_padding_mask
 
 
-def attend_mask(mask, num_heads, query_length, key_length):
+def attend_mask(mask, num_heads, query_length, key_length, batch_size=None):
     """Any mask a layer accepts -> boolean, True = attend, rank 4.
 
     Args:
@@ -87,8 +87,10 @@ def attend_mask(mask, num_heads, query_length, key_length):
             `(B, S)`, `(B, T, S)` or `(B, 1 or heads, T or 1, S)`; or a
             numeric mask (the tutorial's: 1 = blocked) of shape `(T, S)`,
             `(B, T, S)` or `(B, 1 or heads, T or 1, S)`.
-        num_heads: int H. query_length: int T or `None`. key_length: int S
-            or `None` (unknown sizes are not checked).
+        num_heads: int. The heads H.
+        query_length: int or `None`. The queries T (`None`: not checked).
+        key_length: int or `None`. The keys S (`None`: not checked).
+        batch_size: int or `None`. The batch B (`None`: not checked).
 
     Returns:
         `None`, or a boolean tensor broadcastable to `(B, H, T, S)`.
@@ -117,17 +119,18 @@ def attend_mask(mask, num_heads, query_length, key_length):
         mask = mask[None, None]  # (1, 1, T, S)
     elif len(received) == 3:
         mask = mask[:, None]  # (B, 1, T, S)
-    wanted = (num_heads, query_length, key_length)
+    wanted = (batch_size, num_heads, query_length, key_length)
     if len(received) not in expected or any(
-        size not in (None, 1, want) for size, want in zip(mask.shape[1:], wanted)
+        size not in (None, 1, want) for size, want in zip(mask.shape, wanted)
         if want is not None
     ):
         kind = ("boolean mask (Keras's, True = attend)" if boolean
                 else "numeric mask (the tutorial's, 1 = blocked)")
         raise ValueError(
             f"Received an invalid value for argument `mask`, expected a {kind} of shape "
-            f"{' or '.join(expected.values())}, with heads={num_heads}, T={query_length} "
-            f"queries and S={key_length} keys. Received: mask.shape={received}"
+            f"{' or '.join(expected.values())}, with B={batch_size}, heads={num_heads}, "
+            f"T={query_length} queries and S={key_length} keys. Received: "
+            f"mask.shape={received}"
         )
     if boolean:
         return mask
@@ -135,17 +138,5 @@ def attend_mask(mask, num_heads, query_length, key_length):
 
 
 def is_keras_mask(mask):
-    """Whether `mask` is a Keras boolean mask (True = keep), not an attention mask."""
+    """Whether `mask` is boolean: Keras's kind of mask (True = attend, or keep)."""
     return mask is not None and keras.backend.standardize_dtype(mask.dtype) == "bool"
-
-
-def as_attention_mask(mask):
-    """Accepts a Keras boolean mask `(B, S)` (True = keep) as an attention mask.
-
-    Keras attaches such masks to layer outputs and passes them to layers with a
-    `mask` argument; they become the tutorial's float `(B, 1, 1, S)` mask with
-    1 = do not attend. Float masks and `None` pass through unchanged.
-    """
-    if not is_keras_mask(mask):
-        return mask
-    return ops.cast(ops.logical_not(mask), "float32")[:, None, None, :]

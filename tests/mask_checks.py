@@ -13,7 +13,7 @@ import numpy as np
 from keras import ops
 
 import keras_transformer as kt
-from keras_transformer import _backend
+from keras_transformer import attention
 
 D_MODEL, HEADS = 16, 4
 # Two rows of five tokens: the first with two padding positions.
@@ -33,13 +33,13 @@ def _largest(a, b):
 @contextlib.contextmanager
 def _kernel_path():
     """The layers take the `keras.ops.dot_product_attention` path on every
-    backend, also where they keep the explicit softmax for speed."""
-    has_fused_attention = _backend.has_fused_attention
-    _backend.has_fused_attention = lambda x: True
+    backend, dtype and length, also where they keep the explicit softmax."""
+    takes_kernel = attention._takes_kernel
+    attention._takes_kernel = lambda q, k: True
     try:
         yield
     finally:
-        _backend.has_fused_attention = has_fused_attention
+        attention._takes_kernel = takes_kernel
 
 
 def copy_into_keras(ours, theirs):
@@ -128,10 +128,16 @@ def mask_differences():
         for name, mask in (("none", None), ("padding", padding), ("combined", combined),
                            ("fully_masked", fully_masked)):
             found[f"kernel_vs_explicit_{name}"] = _largest(
-                mha(query=x, value=memory, attention_mask=mask), mha(memory, memory, x, mask)[0])
+                mha(query=x, value=memory, mask=mask), mha(memory, memory, x, mask)[0])
         found["kernel_vs_explicit_causal"] = _largest(
             mha(query=x, value=x, use_causal_mask=True),
             mha(x, x, x, LOOK_AHEAD.astype("float32"))[0])
+        longer = np.concatenate([memory, memory[:, :2]], axis=1)  # S = 7 keys for T = 5
+        attend = np.concatenate([~PAD, [[True, False], [True, True]]], axis=1)  # (B, S)
+        found["kernel_vs_explicit_7_keys"] = _largest(
+            mha(query=x, value=longer, attention_mask=attend),
+            mha(longer, longer, x, attend)[0])
+        found["kernel_vs_explicit_cached_steps"] = _cached_steps_difference(mha, x)
 
     embedded = keras.layers.Embedding(10, D_MODEL, mask_zero=True)
     inputs = keras.Input((5,), dtype="int32")
@@ -152,6 +158,19 @@ def mask_differences():
     return found
 
 
+def _cached_steps_difference(mha, x):
+    """Decoding `x` one token at a time through the cache with `use_causal_mask`
+    (the kernel path) against the explicit, causally masked call on all of it."""
+    full = mha(x, x, x, LOOK_AHEAD.astype("float32"))[0]  # (B, T, d_model)
+    cache = mha.init_cache(x.shape[0], x.shape[1])
+    largest = 0.0
+    for index in range(x.shape[1]):
+        step, cache = mha(query=x[:, index:index + 1], use_causal_mask=True, cache=cache,
+                          cache_index=ops.convert_to_tensor(index))
+        largest = max(largest, _largest(step[:, 0], full[:, index]))
+    return largest
+
+
 def half_precision_finite():
     """`{policy: whether both attention paths give finite outputs}` with a fully
     masked row, under `mixed_float16` and `mixed_bfloat16`."""
@@ -163,7 +182,7 @@ def half_precision_finite():
         for policy in ("mixed_float16", "mixed_bfloat16"):
             mha = kt.MultiHeadAttention(d_model=D_MODEL, num_heads=HEADS, dtype=policy)
             explicit, weights = mha(x, x, x, mask)
-            kernel = mha(query=x, value=x, attention_mask=mask)
+            kernel = mha(query=x, value=x, mask=mask)
             found[policy] = bool(all(np.isfinite(_numpy(ops.cast(t, "float32"))).all()
                                      for t in (explicit, weights, kernel)))
     return found

@@ -242,14 +242,25 @@ def test_mask_and_attention_mask_together_are_a_value_error():
         mha(x, x, x, mask, attention_mask=mask)
 
 
-@pytest.mark.parametrize("shape", [(2, 5, 5, 7), (2, 4, 5, 7), (5,), (2, 1, 1, 1, 7), (2, 6)])
+@pytest.mark.parametrize("shape", [(2, 5, 5, 7), (2, 4, 5, 7), (5,), (2, 1, 1, 1, 7), (2, 6),
+                                   (5, 7), (3, 5, 7)])
 def test_masks_of_other_shapes_are_a_value_error(shape):
     # (B, T, S) with B == heads used to broadcast against the heads axis; now
-    # every rank and size is checked against the call's heads, T and S.
+    # every rank and size is checked against the call's batch, heads, T and S
+    # (a boolean (T, S) is not Keras's (B, S) padding mask).
     mha = kt.MultiHeadAttention(d_model=16, num_heads=2)
     query, value = tf.random.normal((2, 5, 16)), tf.random.normal((2, 7, 16))
     with pytest.raises(ValueError, match=r"`mask`.*Received: mask.shape="):
         mha(value, value, query, np.ones(shape, bool))
+
+
+def test_a_numeric_attention_mask_is_a_value_error():
+    # 1 means "attend" in Keras's `attention_mask` and "blocked" in the
+    # tutorial's mask: a numeric mask by Keras's name would be read backwards.
+    mha = kt.MultiHeadAttention(d_model=16, num_heads=2)
+    x = tf.random.normal((2, 5, 16))
+    with pytest.raises(ValueError, match=r"`attention_mask`, expected a boolean.*float32"):
+        mha(query=x, value=x, attention_mask=np.ones((2, 5, 5), "float32"))
 
 
 def test_a_boolean_mask_in_the_tutorials_shape_works_in_the_encoder_layer():
