@@ -35,7 +35,7 @@ from keras import ops
 
 from keras_transformer import _backend, _compat, _config
 from keras_transformer._stack import Dense, affine
-from keras_transformer.masking import attend_mask, is_keras_mask
+from keras_transformer.masking import attend_mask, attends, is_keras_mask
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
 # The shortest queries and keys for which the attention runs through
@@ -118,11 +118,8 @@ def scaled_dot_product_attention(q, k, v, mask):
     depth = ops.shape(q)[-1]
     q = q * ops.cast(ops.rsqrt(ops.cast(depth, "float32")), q.dtype)
     logits = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (..., Tq, Tk)
-    if mask is not None:
-        mask = ops.convert_to_tensor(mask)
-        if not is_keras_mask(mask):
-            mask = ops.cast(mask, "float32") <= 0.0  # True = attend
-    attention_weights = ops.cast(_masked_softmax(logits, mask), v.dtype)
+    attend = None if mask is None else attends(mask)  # True = attend
+    attention_weights = ops.cast(_masked_softmax(logits, attend), v.dtype)
     output = ops.matmul(attention_weights, v)  # (..., Tq, depth_v)
     return output, attention_weights
 

@@ -132,9 +132,14 @@ def attend_mask(mask, num_heads, query_length, key_length, batch_size=None):
             f"T={query_length} queries and S={key_length} keys. Received: "
             f"mask.shape={received}"
         )
-    if boolean:
-        return mask
-    return ops.cast(mask, "float32") <= 0.0  # True = attend
+    return attends(mask)
+
+
+def attends(mask):
+    """A boolean mask, True = attend, from either kind: a boolean one (Keras's)
+    as it is, a numeric one (the tutorial's, 1 = blocked) where it is <= 0."""
+    mask = ops.convert_to_tensor(mask)
+    return mask if is_keras_mask(mask) else ops.cast(mask, "float32") <= 0.0
 
 
 def is_keras_mask(mask):
