@@ -113,7 +113,7 @@ class Retrieval:
 
 def load_split(path, seed=0):
     from keras_transformer.data import load_chatbot_csv
-    from keras_transformer.recipe import split_pairs
+    from keras_transformer.recipes.seq2seq import split_pairs
 
     pairs = load_chatbot_csv(path)
     train, test = split_pairs(pairs, 0.1, seed)
@@ -126,7 +126,7 @@ def tutorial_recipe(train_pairs, questions, seconds, epochs=30):
     import tensorflow as tf
 
     import keras_transformer as kt
-    from keras_transformer.callbacks import TimeBudget
+    from keras_transformer.recipes.callbacks import TimeBudget
     from keras_transformer.text import WordTokenizer
 
     keras.utils.set_random_seed(0)
@@ -213,7 +213,7 @@ def compare_decoding(model_dir, train_pairs, test_pairs):
     training part); choices are made there, the test split only reports.
     """
     import keras_transformer as kt
-    from keras_transformer.recipe import split_pairs
+    from keras_transformer.recipes.seq2seq import split_pairs
 
     translator = kt.Translator.load(model_dir)
     _, valid_pairs = split_pairs(train_pairs, 0.1, 0)

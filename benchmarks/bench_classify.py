@@ -63,7 +63,7 @@ LABEL_NAMES = {"0": "everyday", "1": "breakup", "2": "love"}
 def load_split(path, seed=0):
     """`(train, test)` rows `(question, answer, label)`: bench_chatbot's split."""
     from keras_transformer.data.files import load_chatbot_csv
-    from keras_transformer.recipe import split_pairs
+    from keras_transformer.recipes.seq2seq import split_pairs
 
     pairs = load_chatbot_csv(path)
     labels = [label for _, label in load_chatbot_csv(path, "Q", "label")]
@@ -93,7 +93,7 @@ def stratified_subset(rows, size, seed):
 
 def learning_curve(args, train, test, out):
     """The semi-supervised protocol (see the module docstring): one record per run."""
-    from keras_transformer.classification import classification_metrics, fine_tune, pretrain
+    from keras_transformer.recipes.classify import classification_metrics, fine_tune, pretrain
 
     questions = [q for q, _, _ in test]
     labels = sorted({label for _, _, label in train})
@@ -196,7 +196,7 @@ def main():
     systems = args.systems.split(",")
     out = args.out or tempfile.mkdtemp(prefix="bench_classify_")
 
-    from keras_transformer.classification import classification_metrics, fine_tune, pretrain
+    from keras_transformer.recipes.classify import classification_metrics, fine_tune, pretrain
 
     if args.pretrained and not args.labels:
         parser.error("--pretrained needs --labels")

@@ -513,9 +513,9 @@ def prepare(prepared):
     """The TensorFlow reference run and the tokenized ChatbotData split (needs TensorFlow)."""
     from bench_chatbot import DEFAULT_DATA, SAMPLE_QUESTIONS, chat_decoding, load_split
 
-    from keras_transformer.config import TrainConfig
+    from keras_transformer.recipes.config import TrainConfig
     from keras_transformer.data.pipeline import encode_pairs, padded_sources
-    from keras_transformer.recipe import SCORED_VALID_PAIRS, split_pairs
+    from keras_transformer.recipes.seq2seq import SCORED_VALID_PAIRS, split_pairs
     from keras_transformer.text.tokenizers import WordPieceTokenizer
 
     runs = os.path.join(prepared, "runs")

@@ -1,14 +1,18 @@
 """keras_transformer: the Transformer of the Korean TF2 chatbot tutorial as
 library-grade Keras 3 layers.
 
-Importing the package loads the core (layers, `Transformer`, the encoder-only
-`MaskedLanguageModel` and `SequenceClassifier`, masks, positions, decoding,
-losses, schedule), written in `keras.ops` and numpy: it runs on every Keras 3
-backend (TensorFlow, JAX, PyTorch; set `KERAS_BACKEND` before importing
-Keras) and imports TensorFlow only when TensorFlow is the backend. The
-application (`train`, `Translator`, `export_saved_model`, `pretrain`,
-`fine_tune`, `TextClassifier`, and with them TensorFlow, tensorflow-text,
-sacrebleu and matplotlib) loads on first use.
+Importing the package loads the core, written in `keras.ops` and numpy: it
+runs on every Keras 3 backend (TensorFlow, JAX, PyTorch; set `KERAS_BACKEND`
+before importing Keras) and imports TensorFlow only when TensorFlow is the
+backend. Its folders: `layers/` (attention, masks, positions, the encoder and
+decoder), `models/` (`Transformer`, the encoder-only `MaskedLanguageModel`
+and `SequenceClassifier`), `generation/` (decoding), `training/` (schedule,
+loss, accuracy).
+
+The application loads on first use (`train`, `Translator`,
+`export_saved_model`, `pretrain`, `fine_tune`, `TextClassifier`, and with
+them TensorFlow, tensorflow-text, sacrebleu and matplotlib): `text/`,
+`data/`, `recipes/`, `serving/`, `cli`, `plotting`.
 """
 
 import importlib
@@ -20,40 +24,48 @@ from keras_transformer import _startup
 with _startup.quiet():
     import keras
 
-    from keras_transformer.attention import MultiHeadAttention, scaled_dot_product_attention
-    from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
-    from keras_transformer.decoder import Decoder, DecoderLayer
-    from keras_transformer.encoder import Encoder, EncoderLayer
-    from keras_transformer.feed_forward import point_wise_feed_forward_network
-    from keras_transformer.masking import (
+    from keras_transformer.layers import (
+        Decoder,
+        DecoderLayer,
+        Encoder,
+        EncoderLayer,
+        MultiHeadAttention,
         create_look_ahead_mask,
         create_masks,
         create_padding_mask,
+        get_angles,
+        point_wise_feed_forward_network,
+        positional_encoding,
+        scaled_dot_product_attention,
     )
-    from keras_transformer.positional import get_angles, positional_encoding
+    from keras_transformer.models import (
+        MaskedLanguageModel,
+        SequenceClassifier,
+        Transformer,
+        bert_encoder,
+    )
     from keras_transformer.training import (
         CustomSchedule,
         MaskedLoss,
         masked_accuracy,
         masked_loss,
     )
-    from keras_transformer.transformer import Transformer
 
 __version__ = "0.1.0"
 
 # Public names of the application modules, imported on first use.
 _APPLICATION = {
-    "TrainConfig": "keras_transformer.config",
-    "TrainResult": "keras_transformer.recipe",
-    "evaluate": "keras_transformer.recipe",
-    "train": "keras_transformer.recipe",
-    "Translator": "keras_transformer.translator",
-    "export_saved_model": "keras_transformer.export",
-    "PretrainConfig": "keras_transformer.config",
-    "ClassifyConfig": "keras_transformer.config",
-    "pretrain": "keras_transformer.classification",
-    "fine_tune": "keras_transformer.classification",
-    "TextClassifier": "keras_transformer.classification",
+    "TrainConfig": "keras_transformer.recipes.config",
+    "TrainResult": "keras_transformer.recipes.seq2seq",
+    "evaluate": "keras_transformer.recipes.seq2seq",
+    "train": "keras_transformer.recipes.seq2seq",
+    "Translator": "keras_transformer.serving.translator",
+    "export_saved_model": "keras_transformer.serving.export",
+    "PretrainConfig": "keras_transformer.recipes.config",
+    "ClassifyConfig": "keras_transformer.recipes.config",
+    "pretrain": "keras_transformer.recipes.classify",
+    "fine_tune": "keras_transformer.recipes.classify",
+    "TextClassifier": "keras_transformer.recipes.classify",
 }
 
 

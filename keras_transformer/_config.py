@@ -19,8 +19,8 @@ _POSITIVE_INT_ARGS = frozenset({"num_layers", "d_model", "num_heads", "dff", "in
                                 "target_vocab_size", "maximum_position_encoding"})
 
 # The choices of the options that several modules check: declared here once,
-# read by the code that implements them (`feed_forward`, `_stack`, `bert`,
-# `text.tokenizers`) and by the recipes' configs (`config`).
+# read by the code that implements them (`layers.feed_forward`, `layers._stack`, `models.bert`,
+# `text.tokenizers`) and by the recipes' configs (`recipes.config`).
 ACTIVATIONS = ("relu", "gelu")
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 POOLINGS = ("cls", "mean")

@@ -15,7 +15,7 @@ saved-model-cli,pretrain,classify}`.
   one) on `text<TAB>label` lines or a chatbot CSV's `label` column; or, with
   `--model`, classify texts.
 
-The training flags are generated from `keras_transformer.config`'s
+The training flags are generated from `keras_transformer.recipes.config`'s
 `TrainConfig`, `PretrainConfig` and `ClassifyConfig`.
 Messages and progress go to stderr (Keras' training bars to stdout, except in
 `chat` and `translate`, whose stdout holds answers only). A user mistake (a
@@ -34,8 +34,8 @@ import sys
 import time
 import traceback
 
-from keras_transformer.config import ClassifyConfig, PretrainConfig, TrainConfig
 from keras_transformer.errors import InputError
+from keras_transformer.recipes.config import ClassifyConfig, PretrainConfig, TrainConfig
 
 # How `chat` decodes unless told otherwise: the best on ChatbotData's
 # validation split (benchmarks/RESULTS.md).
@@ -117,7 +117,7 @@ def _generate_options(args):
 
 def demo(args):
     from keras_transformer.data.corpus import english_korean_corpus
-    from keras_transformer.recipe import evaluate, progress_verbosity, train
+    from keras_transformer.recipes.seq2seq import evaluate, progress_verbosity, train
 
     start = time.monotonic()
     config = _train_config(args, DEMO_CONFIG)
@@ -140,7 +140,7 @@ def demo(args):
 
 def train_command(args):
     from keras_transformer.data.files import load_pairs
-    from keras_transformer.recipe import train
+    from keras_transformer.recipes.seq2seq import train
 
     # A chatbot's questions and answers share one vocabulary unless told otherwise.
     defaults = TrainConfig(shared_vocabulary=args.format == "chatbot")
@@ -154,8 +154,8 @@ def train_command(args):
 
 
 def pretrain_command(args):
-    from keras_transformer.classification import pretrain
     from keras_transformer.data.files import load_texts
+    from keras_transformer.recipes.classify import pretrain
 
     config = _train_config(args, PretrainConfig())
     texts = load_texts(args.data, args.format)
@@ -168,7 +168,7 @@ def pretrain_command(args):
 def classify(args):
     """Fine-tune with `--data` and `--out`; predict with `--model`."""
     if args.model:
-        from keras_transformer.classification import TextClassifier
+        from keras_transformer.recipes.classify import TextClassifier
 
         if args.data or args.out or args.pretrained:
             raise InputError("classify: --model predicts; --data, --out and --pretrained "
@@ -185,8 +185,8 @@ def classify(args):
         raise InputError("classify: give --data and --out to train, or --model to predict")
     if args.text:
         raise InputError("classify: TEXT arguments are for --model (prediction)")
-    from keras_transformer.classification import fine_tune
     from keras_transformer.data.files import load_labeled
+    from keras_transformer.recipes.classify import fine_tune
 
     config = _train_config(args, ClassifyConfig())
     examples = load_labeled(args.data, args.format)
@@ -199,7 +199,7 @@ def classify(args):
 
 
 def _load_translator(directory):
-    from keras_transformer.translator import Translator
+    from keras_transformer.serving.translator import Translator
 
     if not os.path.isdir(directory):
         raise InputError(f"{directory}: no such model directory")
@@ -234,7 +234,7 @@ def translate(args):
 
 
 def export(args):
-    from keras_transformer.export import EXPORTED_OPTIONS, export_saved_model
+    from keras_transformer.serving.export import EXPORTED_OPTIONS, export_saved_model
 
     if args.method == "sample":
         raise InputError("export: a SavedModel decodes with greedy, beam or mmi, not sample")

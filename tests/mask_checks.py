@@ -13,7 +13,7 @@ import numpy as np
 from keras import ops
 
 import keras_transformer as kt
-from keras_transformer import attention
+from keras_transformer.layers import attention
 
 D_MODEL, HEADS = 16, 4
 # Two rows of five tokens: the first with two padding positions.

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer._stack import Dense
+from keras_transformer.layers._stack import Dense
 
 
 def numpy_attention(q, k, v, mask):

@@ -12,15 +12,15 @@ from helpers import AtBatch
 
 import keras_transformer as kt
 from keras_transformer import cli
-from keras_transformer.classification import (
+from keras_transformer.data import mask_tokens, mlm_dataset, pack_inputs
+from keras_transformer.errors import InputError
+from keras_transformer.recipes.classify import (
     TextClassifier,
     classification_metrics,
     fine_tune,
     load_pretrained,
     pretrain,
 )
-from keras_transformer.data import mask_tokens, mlm_dataset, pack_inputs
-from keras_transformer.errors import InputError
 from keras_transformer.text import WordTokenizer
 
 TINY = {"num_layers": 1, "d_model": 32, "num_heads": 2, "dff": 64, "max_length": 12,

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.callbacks import (
+from keras_transformer.recipes.callbacks import (
     AccuracyThenLoss,
     BestWeights,
     EarlyStopping,

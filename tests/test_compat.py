@@ -10,7 +10,7 @@ import tensorflow as tf
 from helpers import run_two_workers
 
 from keras_transformer import _compat
-from keras_transformer._stack import Dense
+from keras_transformer.layers._stack import Dense
 
 
 def test_xla_context_is_detected_inside_jit_compiled_functions_only():

@@ -20,9 +20,9 @@ import keras_transformer
 import keras_transformer.cli
 from keras_transformer import Translator, train
 from keras_transformer._files import atomic_path
-from keras_transformer.callbacks import Backup, BestWeights
 from keras_transformer.data import english_korean_corpus
-from keras_transformer.recipe import read_history
+from keras_transformer.recipes.callbacks import Backup, BestWeights
+from keras_transformer.recipes.seq2seq import read_history
 
 CHILD = os.path.join(os.path.dirname(__file__), "resume_child.py")
 
@@ -132,7 +132,7 @@ def test_a_backup_interrupted_before_its_state_file_restores_the_epoch_before(
     kernel = model.trainable_weights[0]
     before = kernel.numpy()
     kernel.assign(before + 1.0)
-    monkeypatch.setattr("keras_transformer.callbacks.write_text",
+    monkeypatch.setattr("keras_transformer.recipes.callbacks.write_text",
                         lambda *args: interrupt_after_partial_write(tmp_path / "ignored"))
     with pytest.raises(Interrupted):
         backup.on_epoch_end(1)  # weights of epoch 2 written, the state file not

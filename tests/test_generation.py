@@ -10,8 +10,8 @@ from helpers import tiny_kargs
 import keras_transformer as kt
 from keras_transformer import _backend, _compat, cli
 from keras_transformer.data import reverse_task
-from keras_transformer.export import EXPORTED_OPTIONS
 from keras_transformer.generation import GenerateConfig
+from keras_transformer.serving.export import EXPORTED_OPTIONS
 
 PAD, SOS, END = 0, 1, 2
 

@@ -16,15 +16,15 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import cli
-from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
-from keras_transformer.classification import (
+from keras_transformer.errors import InputError
+from keras_transformer.models.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
+from keras_transformer.recipes.classify import (
     PRETRAINED,
     VOCAB_FILE,
     TextClassifier,
     load_pretrained,
 )
-from keras_transformer.errors import InputError
-from keras_transformer.harness import FORMAT_VERSION, ModelDirectory
+from keras_transformer.recipes.harness import FORMAT_VERSION, ModelDirectory
 from keras_transformer.text import WordPieceTokenizer, WordTokenizer
 
 TEXTS = ["the cat sees the dog", "a bus and a car", "the dog runs", "a car stops"]
@@ -247,13 +247,13 @@ def command(name, root):
 # Where a bug of ours is simulated in each command.
 BUGS = {
     "demo": "keras_transformer.data.corpus.english_korean_corpus",
-    "train": "keras_transformer.recipe._build_model",
-    "pretrain": "keras_transformer.classification._compile",
-    "classify": "keras_transformer.classification._compile",
+    "train": "keras_transformer.recipes.seq2seq._build_model",
+    "pretrain": "keras_transformer.recipes.classify._compile",
+    "classify": "keras_transformer.recipes.classify._compile",
     "classify --model": IN_OUR_CODE,  # while loading the model directory
     "translate": IN_OUR_CODE,
     "chat": IN_OUR_CODE,
-    "export": "keras_transformer.export.export_saved_model",
+    "export": "keras_transformer.serving.export.export_saved_model",
     "saved-model-cli": "keras_transformer.cli._load_saved_model",
 }
 
@@ -320,15 +320,15 @@ def raising(error):
 
 
 def test_an_os_error_is_the_users_when_the_system_raised_it(model_dirs, capsys, monkeypatch):
-    monkeypatch.setattr("keras_transformer.translator.Translator.translate",
+    monkeypatch.setattr("keras_transformer.serving.translator.Translator.translate",
                         raising(OSError("not from the system")))
     status, err = run(command("translate", model_dirs), capsys, monkeypatch)
     assert status == 1 and "Traceback" in err
-    monkeypatch.setattr("keras_transformer.translator.Translator.translate",
+    monkeypatch.setattr("keras_transformer.serving.translator.Translator.translate",
                         raising(OSError(errno.ENOSPC, "No space left on device")))
     status, err = run(command("translate", model_dirs), capsys, monkeypatch)
     assert status == 2 and "No space left on device" in err and "Traceback" not in err
-    monkeypatch.setattr("keras_transformer.translator.Translator.translate",
+    monkeypatch.setattr("keras_transformer.serving.translator.Translator.translate",
                         lambda *args, **kwargs: open(model_dirs / "missing.txt"))
     status, err = run(command("translate", model_dirs), capsys, monkeypatch)
     assert status == 2 and "missing.txt" in err and "Traceback" not in err

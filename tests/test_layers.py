@@ -168,7 +168,7 @@ def test_token_ids_outside_the_vocabulary_are_a_value_error(bad_id):
 
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_dropout_drops_at_the_rate_and_rescales_in_and_out_of_xla(jit_compile):
-    from keras_transformer._stack import Dropout
+    from keras_transformer.layers._stack import Dropout
 
     keras.utils.set_random_seed(0)
     layer = Dropout(0.25)

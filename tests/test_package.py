@@ -11,8 +11,9 @@ import pytest
 
 import keras_transformer as kt
 
-APPLICATION = ("sacrebleu", "tensorflow_text", "keras_transformer.recipe",
-               "keras_transformer.translator", "keras_transformer.export",
+APPLICATION = ("sacrebleu", "tensorflow_text", "keras_transformer.recipes",
+               "keras_transformer.recipes.seq2seq", "keras_transformer.serving",
+               "keras_transformer.serving.translator", "keras_transformer.serving.export",
                "keras_transformer.plotting", "keras_transformer.text",
                "keras_transformer.data")
 
@@ -28,31 +29,58 @@ model.generate(tf.ones((2, 4), tf.int32), method="mmi")
 
 
 PACKAGE = Path(kt.__file__).parent
-# The floor that runs on every Keras backend (DESIGN.md); the rest is the application.
-CORE = ("_backend", "_compat", "_config", "_stack", "attention", "bert", "decoder", "encoder",
-        "feed_forward", "generation", "masking", "positional", "training", "transformer")
+# The floor that runs on every Keras backend (DESIGN.md): these folders and
+# modules; everything else in the package is the application.
+CORE_FOLDERS = ("layers", "models", "generation", "training")
+CORE = ("_backend", "_compat", "_config") + tuple(
+    module for folder in CORE_FOLDERS
+    for module in [folder] + [f"{folder}.{path.stem}"
+                              for path in sorted((PACKAGE / folder).glob("*.py"))
+                              if path.stem != "__init__"]
+)
+
+
+def source(module):
+    """The file of `module`, a name below the package ("layers.attention")."""
+    path = PACKAGE / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def is_module(name):
+    path = PACKAGE / name.replace(".", "/")
+    return path.is_dir() or path.with_suffix(".py").exists()
 
 
 def package_imports(module):
     """The package's modules that `module` imports anywhere in its file (at the
-    top or inside a function), by their names below the package."""
-    tree = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8"))
+    top or inside a function), by their names below the package. Importing
+    `layers.attention` from outside `layers` runs `layers/__init__.py` first,
+    so the folder counts as imported too."""
+    tree = ast.parse(source(module).read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_transformer"):
             base = node.module.removeprefix("keras_transformer").lstrip(".")
             for alias in node.names:
                 name = f"{base}.{alias.name}".lstrip(".")
-                is_module = (PACKAGE / f"{name.replace('.', '/')}.py").exists()
-                found.add(name if is_module else base)
+                found.add(name if is_module(name) else base)
         elif isinstance(node, ast.Import):
             found.update(alias.name.removeprefix("keras_transformer.") for alias in node.names
                          if alias.name.startswith("keras_transformer."))
-    return found - {""}
+    folder = module if source(module).name == "__init__.py" else module.rpartition(".")[0]
+    for name in list(found):
+        parent = name.rpartition(".")[0]
+        if parent and not (folder + ".").startswith(parent + "."):
+            found.add(parent)
+    return found - {"", module}
 
 
 def test_the_core_imports_no_application_module_and_has_no_import_cycle():
-    # Read from the source, so a function-level import counts as well.
+    """No module of a core folder imports the application (text/, data/,
+    recipes/, serving/, cli, plotting...), and the core has no import cycle.
+    Read from the source, so a function-level import counts as well."""
+    assert {"layers.attention", "models.transformer", "generation.beam",
+            "training.losses"} <= set(CORE)
     graph = {module: package_imports(module) for module in CORE}
     assert {module: sorted(imports - set(CORE)) for module, imports in graph.items()
             if imports - set(CORE)} == {}
@@ -91,9 +119,10 @@ def test_import_and_a_layer_load_no_application_module():
 @pytest.mark.slow
 def test_the_encoder_only_recipes_do_not_load_the_translation_recipe():
     loaded = json.loads(run_python(
-        "import sys, json\nimport keras_transformer.classification\n"
+        "import sys, json\nimport keras_transformer.recipes.classify\n"
         "print(json.dumps(sorted(m for m in sys.modules if m in "
-        "('sacrebleu', 'keras_transformer.recipe', 'keras_transformer.translator'))))"
+        "('sacrebleu', 'keras_transformer.recipes.seq2seq',"
+        " 'keras_transformer.serving.translator'))))"
     ).strip().splitlines()[-1])
     assert loaded == []
 

@@ -25,7 +25,7 @@ from keras_transformer.data.files import (
     load_parallel_tsv,
     save_parallel_tsv,
 )
-from keras_transformer.export import export_saved_model
+from keras_transformer.serving.export import export_saved_model
 from keras_transformer.text.tokenizers import (
     END,
     PAD,

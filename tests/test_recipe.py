@@ -17,7 +17,7 @@ from helpers import AtBatch, sees_pairs
 from keras_transformer import Translator, cli, export_saved_model, train
 from keras_transformer.data import english_korean_corpus
 from keras_transformer.plotting import plot_attention, plot_confusion_matrix, plot_history
-from keras_transformer.recipe import CollapseWarning, collapse_warning
+from keras_transformer.recipes.seq2seq import CollapseWarning, collapse_warning
 from keras_transformer.text import SPECIAL_TOKENS, WordTokenizer
 
 TINY_FLAGS = ["--num-layers", "1", "--d-model", "16", "--num-heads", "2", "--dff", "32",
@@ -228,7 +228,7 @@ def _peak(optimizer, steps=10**6):
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::keras_transformer.recipe.CollapseWarning")
+@pytest.mark.filterwarnings("ignore::keras_transformer.recipes.seq2seq.CollapseWarning")
 def test_the_peak_learning_rate_does_not_depend_on_the_run_length(tmp_path):
     tiny = train(sees_pairs(1)[:40], str(tmp_path / "tiny"), epochs=1, time_budget=0,
                  **dict(TINY, d_model=32))

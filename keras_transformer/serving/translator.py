@@ -16,8 +16,8 @@ import tensorflow as tf
 
 from keras_transformer.data.pipeline import padded_sources
 from keras_transformer.errors import InputError
-from keras_transformer.harness import ModelDirectory
-from keras_transformer.transformer import Transformer
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.recipes.harness import ModelDirectory
 
 SOURCE_VOCAB_FILE = "source_vocab.txt"
 TARGET_VOCAB_FILE = "target_vocab.txt"

@@ -11,10 +11,10 @@ import keras
 from keras import ops
 
 from keras_transformer._compat import MaskByKeyword
-from keras_transformer._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
-from keras_transformer.attention import MultiHeadAttention, split_outputs
-from keras_transformer.feed_forward import point_wise_feed_forward_network
-from keras_transformer.masking import create_padding_mask, is_keras_mask
+from keras_transformer.layers._stack import Dropout, TransformerLayer, TransformerStack, layer_norm
+from keras_transformer.layers.attention import MultiHeadAttention, split_outputs
+from keras_transformer.layers.feed_forward import point_wise_feed_forward_network
+from keras_transformer.layers.masking import create_padding_mask, is_keras_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -14,10 +14,10 @@ import keras
 from keras import ops
 
 from keras_transformer import _backend, _config, generation
-from keras_transformer._stack import Dense, TransformerStack
-from keras_transformer.decoder import Decoder
-from keras_transformer.encoder import Encoder
-from keras_transformer.masking import create_masks, create_padding_mask
+from keras_transformer.layers._stack import Dense, TransformerStack
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.masking import create_masks, create_padding_mask
 
 
 class _TiedOutputProjection(keras.layers.Layer):

@@ -8,7 +8,7 @@ Runs on every Keras backend.
 import keras
 
 from keras_transformer import _config
-from keras_transformer._stack import Dense
+from keras_transformer.layers._stack import Dense
 
 
 def point_wise_feed_forward_network(d_model, dff, activation="relu", **kwargs):

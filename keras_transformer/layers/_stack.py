@@ -17,7 +17,7 @@ import keras
 from keras import ops
 
 from keras_transformer import _backend, _compat, _config
-from keras_transformer.positional import positional_encoding
+from keras_transformer.layers.positional import positional_encoding
 
 
 class Dropout(keras.layers.Dropout):

@@ -34,8 +34,8 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _backend, _compat, _config
-from keras_transformer._stack import Dense, affine
-from keras_transformer.masking import attend_mask, attends, is_keras_mask
+from keras_transformer.layers._stack import Dense, affine
+from keras_transformer.layers.masking import attend_mask, attends, is_keras_mask
 
 _FLOAT32_MIN = float(np.finfo(np.float32).min)
 # The shortest queries and keys for which the attention runs through

@@ -27,9 +27,9 @@ import numpy as np
 
 from keras_transformer._config import TOKENIZERS
 from keras_transformer._files import atomic_path, write_text
-from keras_transformer.callbacks import Backup, BestWeights, EarlyStopping, TimeBudget
 from keras_transformer.errors import InputError, user_errors
 from keras_transformer.plotting import plot_history
+from keras_transformer.recipes.callbacks import Backup, BestWeights, EarlyStopping, TimeBudget
 from keras_transformer.text.tokenizers import load_vocabulary, tokenizer_from_config
 
 BACKUP_DIR = "backup"

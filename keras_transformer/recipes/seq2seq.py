@@ -19,19 +19,25 @@ import keras
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer.callbacks import EpochScores
-from keras_transformer.config import TrainConfig
 from keras_transformer.data.pipeline import make_dataset, truncation_stats
-from keras_transformer.distribute import dtype_policy, get_strategy, worker_directory
 from keras_transformer.errors import InputError
-from keras_transformer.harness import (  # noqa: F401  (read_history, split_pairs: public here too)
+from keras_transformer.models.transformer import Transformer
+from keras_transformer.plotting import plot_attention
+from keras_transformer.recipes.callbacks import EpochScores
+from keras_transformer.recipes.config import TrainConfig
+from keras_transformer.recipes.distribute import dtype_policy, get_strategy, worker_directory
+from keras_transformer.recipes.harness import (  # noqa: F401  (read_history, split_pairs: public here too)
     TrainingRun,
     log,
     progress_verbosity,
     read_history,
     split_pairs,
 )
-from keras_transformer.plotting import plot_attention
+from keras_transformer.serving.translator import (
+    SOURCE_VOCAB_FILE,
+    TARGET_VOCAB_FILE,
+    Translator,
+)
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
@@ -42,12 +48,6 @@ from keras_transformer.training import (
     MaskedLoss,
     default_learning_rate,
     recipe_optimizer,
-)
-from keras_transformer.transformer import Transformer
-from keras_transformer.translator import (
-    SOURCE_VOCAB_FILE,
-    TARGET_VOCAB_FILE,
-    Translator,
 )
 
 ATTENTION_PLOT = "attention.png"

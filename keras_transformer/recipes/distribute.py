@@ -5,8 +5,8 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer.config import PRECISIONS, STRATEGIES
 from keras_transformer.errors import InputError
+from keras_transformer.recipes.config import PRECISIONS, STRATEGIES
 
 POLICIES = dict(zip(PRECISIONS, ("mixed_bfloat16", "mixed_float16")))
 

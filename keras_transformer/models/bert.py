@@ -18,8 +18,8 @@ import keras
 from keras import ops
 
 from keras_transformer import _config
-from keras_transformer._stack import Dropout, layer_norm
-from keras_transformer.encoder import Encoder
+from keras_transformer.layers._stack import Dropout, layer_norm
+from keras_transformer.layers.encoder import Encoder
 
 # The blog post's BERT-style encoder options: what `bert_encoder` sets unless told otherwise.
 BERT_ENCODER_OPTIONS = {"norm_first": True, "activation": "gelu",

@@ -17,13 +17,14 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
-from keras_transformer.callbacks import AccuracyThenLoss
-from keras_transformer.config import ClassifyConfig, PretrainConfig
 from keras_transformer.data.bert import classification_dataset, mlm_dataset, pack_inputs
-from keras_transformer.encoder import Encoder
 from keras_transformer.errors import InputError
-from keras_transformer.harness import (
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.models.bert import MaskedLanguageModel, SequenceClassifier, bert_encoder
+from keras_transformer.plotting import plot_confusion_matrix
+from keras_transformer.recipes.callbacks import AccuracyThenLoss
+from keras_transformer.recipes.config import ClassifyConfig, PretrainConfig
+from keras_transformer.recipes.harness import (
     CONFIG_FILE,
     ModelDirectory,
     TrainingRun,
@@ -31,7 +32,6 @@ from keras_transformer.harness import (
     progress_verbosity,
     split_pairs,
 )
-from keras_transformer.plotting import plot_confusion_matrix
 from keras_transformer.text.tokenizers import (
     get_tokenizer_class,
     load_vocabulary,
