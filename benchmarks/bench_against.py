@@ -1,12 +1,12 @@
-"""Our core against older commits of it, in one process, call by call.
+"""Is the tree faster or slower than other commits of it, by a few percent?
 
-    python benchmarks/bench_against.py REV [REV ...] [--cases train,g1,b1,g64]
-                                       [--rounds 30]
+    python benchmarks/bench_against.py REV [REV ...]
+        [--cases train,train-xla,g1,b1,g64,b64] [--rounds 30]
 
 These machines' speed drifts by 20-30% over minutes, so a ratio between
-separate processes (`bench_backends.py --against`) cannot show a change of a
-few percent. Here each revision's `keras_transformer/` is copied out of git
-and imported into this one process under its own name
+separate processes cannot show a change of a few percent. Here each
+revision's `keras_transformer/` is copied out of git and imported into this
+one process under its own name
 (`keras_transformer_<rev>`), every model gets the current tree's weights, and
 the calls take turns: each round runs every revision once, in alternating
 order. A revision's figure is the median over the rounds of its time divided
@@ -19,11 +19,15 @@ memory is worth that much).
 Cases, on the model and sources of `bench_decode_peers.py` (the tutorial's
 configuration, vocabulary 8000, fp32), default arguments, TensorFlow unless
 `KERAS_BACKEND` says otherwise (and every revision runs on it):
-- `train`: one `train_on_batch` (batch 64, source and target length 25, the
-  paper's Adam, `masked_loss`, `masked_accuracy`);
-- `g1`, `b1`, `g64`: `generate` at batch 1 greedy, batch 1 beam 4 and batch
-  64 greedy, 24 new tokens from sources of length 25 (no row stops early);
-  the tokens of every revision are asserted equal.
+- `train`, `train-xla`: one `train_on_batch` (batch 64, source and target
+  length 25, the paper's Adam, `masked_loss`, `masked_accuracy`), compiled
+  without and with `jit_compile=True` (PyTorch: eager for both);
+- `g1`, `b1`, `g64`, `b64`: `generate` at batch 1 and 64, greedy and beam 4,
+  24 new tokens from sources of length 25 (no row stops early); the tokens of
+  every revision are asserted equal.
+
+Run time: about 1 minute per revision and 10 rounds on 2 cores with every
+case (3 revisions and 20 rounds: 7 minutes).
 """
 
 import argparse
@@ -48,7 +52,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 BATCH = 64
-CASES = {"train": None, "g1": ("greedy", 1), "b1": ("beam", 1), "g64": ("greedy", 64)}
+CASES = {"train": False, "train-xla": True, "g1": ("greedy", 1), "b1": ("beam", 1),
+         "g64": ("greedy", 64), "b64": ("beam", 64)}
 
 
 def import_revision(rev, into):
@@ -85,11 +90,12 @@ def build(kt, weights):
 
 def case_fn(kt, model, case):
     """The zero-argument call that `case` times."""
-    if case == "train":
+    if case.startswith("train"):
         inp, dec_in, dec_out = (sources(BATCH, seed) for seed in range(3))
         model.compile(keras.optimizers.Adam(kt.CustomSchedule(CONFIG["d_model"]), beta_1=0.9,
                                             beta_2=0.98, epsilon=1e-9),
-                      loss=kt.masked_loss, metrics=[kt.masked_accuracy])
+                      loss=kt.masked_loss, metrics=[kt.masked_accuracy],
+                      jit_compile=CASES[case] if keras.backend.backend() != "torch" else False)
         return lambda: model.train_on_batch((inp, dec_in), dec_out)
     method, batch = CASES[case]
     ids = sources(batch)
@@ -120,10 +126,10 @@ def main(argv=None):
         for label, kt in packages:
             model = reference if kt is keras_transformer else build(kt, weights)
             for case in cases:
-                fn = case_fn(kt, build(kt, weights) if case == "train" else model, case)
+                fn = case_fn(kt, build(kt, weights) if case.startswith("train") else model, case)
                 fn()  # trace and compile
                 result = fn()
-                if case != "train" and label != "tree":
+                if not case.startswith("train") and label != "tree":
                     np.testing.assert_array_equal(
                         result, calls["tree", case][1],
                         err_msg=f"{label} decodes other tokens ({case}): are its weights "
@@ -145,8 +151,8 @@ def main(argv=None):
         for label, _ in packages:
             times = np.array(seconds[label, case])
             median = np.median(times)
-            figure = (f"{median * 1e3:.0f} ms/step" if case == "train" else
-                      f"{CASES[case][1] / median:.1f} sentences/s" if case == "g64" else
+            figure = (f"{median * 1e3:.0f} ms/step" if case.startswith("train") else
+                      f"{CASES[case][1] / median:.1f} sentences/s" if case.endswith("64") else
                       f"{median / NEW_TOKENS * 1e3:.3f} ms/token")
             figures.append(f"{label}: {figure}, time ratio {np.median(times / tree):.3f}")
         print(f"{case:6s} " + " | ".join(figures), flush=True)

@@ -1,9 +1,8 @@
-"""Our core against keras-hub on every Keras backend, and against an older commit.
+"""Is our core as fast as keras-hub's layers on every Keras backend, for training and decoding?
 
     pip install ".[bench]" jax
-    python benchmarks/bench_backends.py [--backends tensorflow,jax,torch] [--against REV]
-                                        [--torch-compile] [--rounds 2] [--steps 8]
-                                        [--repeats 3] [--sentences 4]
+    python benchmarks/bench_backends.py [--backends tensorflow,jax,torch] [--torch-compile]
+                                        [--rounds 2] [--steps 8] [--repeats 3] [--sentences 4]
 
 The tutorial's configuration (2 layers, d_model 512, 8 heads, dff 2048,
 vocabulary 8000, source length 25), fp32. Each row runs in its own process
@@ -24,8 +23,6 @@ turns, `--rounds` times, and each figure is the best over the rounds.
   caches, composed and compiled as keras-hub's `BartSeq2SeqLM.generate` does
   (`tf.function(jit_compile=True)`, `jax.jit` over the variables, eager
   PyTorch under `torch.no_grad()`). Its own random weights: speed only.
-- `ours @REV` (with `--against REV`, TensorFlow): `ours` imported from a git
-  worktree of REV, to compare a change with the commit before it.
 - `ours jit_compile=True` (with `--torch-compile`, PyTorch): decoding through
   `torch.compile`; its first call per shape (the compilation) is reported
   in `first calls s`. Decoding only.
@@ -36,6 +33,9 @@ batch 64, target length 25, Adam); batch 1 greedy and beam 4 in ms/token
 each decoding figure the best of `--repeats` runs after a warm-up run;
 `first calls s`: the first decoding call of each of the three cases (tracing
 and compiling), summed.
+
+Run time: about 3 minutes per backend with `--rounds 3` on 2 cores (RESULTS.md);
+PyTorch's eager decoding is the slowest.
 """
 
 import argparse
@@ -239,13 +239,13 @@ def worker(args):
     return {"figures": figures, "tokens": tokens}
 
 
-def run_worker(row, args, weights, kind="run", tree=ROOT):
+def run_worker(row, args, weights, kind="run"):
     backend, impl = row
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": tree}
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": ROOT}
     command = [sys.executable, __file__, "--worker", kind, impl, weights,
                "--steps", str(args.steps), "--repeats", str(args.repeats),
                "--sentences", str(args.sentences)]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tree)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     if result.returncode:
         raise RuntimeError(f"{row} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -260,7 +260,6 @@ def best_of(results):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", default="tensorflow,jax,torch")
-    parser.add_argument("--against", help="a git revision to compare ours with (TensorFlow)")
     parser.add_argument("--torch-compile", action="store_true",
                         help="add ours decoding through torch.compile (PyTorch)")
     parser.add_argument("--rounds", type=int, default=2)
@@ -278,31 +277,17 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         weights = os.path.join(tmp, "ours.weights.h5")
         run_worker(("tensorflow", "ours"), args, weights, kind="save")
-        trees = {"ours": ROOT}
-        if args.against:
-            trees[f"ours @{args.against}"] = os.path.join(tmp, "previous")
-            subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "--quiet",
-                            trees[f"ours @{args.against}"], args.against], check=True)
-        try:
-            results = {}
-            for backend in args.backends.split(","):
-                rows = [(backend, "ours"), (backend, "keras-hub")]
-                if args.against and backend == "tensorflow":
-                    rows.append((backend, f"ours @{args.against}"))
-                if args.torch_compile and backend == "torch":
-                    rows.append((backend, TORCH_COMPILE))
-                for round_ in range(args.rounds):
-                    for row in rows if round_ % 2 == 0 else rows[::-1]:
-                        impl = "ours" if row[1].startswith("ours @") else row[1]
-                        result = run_worker((backend, impl), args, weights, tree=trees.get(
-                            row[1], ROOT))
-                        results.setdefault(row, []).append(result)
-                        print(f"{backend} {row[1]} round {round_ + 1}: {result['figures']}",
-                              flush=True)
-        finally:
-            if args.against:
-                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force",
-                                trees[f"ours @{args.against}"]], check=True)
+        results = {}
+        for backend in args.backends.split(","):
+            rows = [(backend, "ours"), (backend, "keras-hub")]
+            if args.torch_compile and backend == "torch":
+                rows.append((backend, TORCH_COMPILE))
+            for round_ in range(args.rounds):
+                for row in rows if round_ % 2 == 0 else rows[::-1]:
+                    result = run_worker(row, args, weights)
+                    results.setdefault(row, []).append(result)
+                    print(f"{backend} {row[1]} round {round_ + 1}: {result['figures']}",
+                          flush=True)
 
     reference = results[next(row for row in results if row[1] == "ours")][0]["tokens"]
     for row, runs in results.items():

@@ -1,4 +1,5 @@
-"""Encoder-only models on real data: classify ChatbotData's questions by topic.
+"""Does masked-LM pretraining help classify ChatbotData's questions by topic,
+against a fresh encoder, nearest-neighbour retrieval and the majority label?
 
 One run, side by side, on a seeded 10% split of the shared ChatbotData
 training file (`../shared/data/chatbot/ChatbotData-train.csv`, the same split
@@ -35,6 +36,10 @@ Usage:
       [--set key=value ...] [--pretrain-set key=value ...] [--out DIR]
   python benchmarks/bench_classify.py --labels 100,300,1000,all [--seeds 3]
       [--pretrain-set epochs=40] [--plot curve.png] [--pretrained OUT/mlm]
+
+Run time: about twice `--time-budget` plus 2 minutes (22 minutes with the
+defaults); the `--labels` protocol depends on its arguments (RESULTS.md gives
+one run's time).
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Decoding speed against CTranslate2 and Hugging Face transformers, same weights.
+"""Is our decoding as fast on a CPU as CTranslate2's and Hugging Face's, on the same weights?
 
     pip install ".[bench]"
     python benchmarks/bench_decode_peers.py [--repeats 5] [--sentences 8] [--isa AVX2]
@@ -9,13 +9,10 @@ vocabulary 8000), random weights, source length 25, exactly 24 new tokens
 implementation stops early or differs on special tokens), fp32, 2 threads
 each. Every implementation runs in its own process:
 
-- `ours`: `Transformer.generate` with default arguments (XLA), and with
-  `jit_compile=False` (a TensorFlow graph); both again on `serving_copy("bfloat16")`
-  (weights stored in bfloat16; its share of rows equal to float32's is printed);
-  the defaults under XLA:CPU's older runtime (`XLA_FLAGS=
-  --xla_cpu_use_thunk_runtime=false`), and with every one-row product fused
-  with its bias add as before `_backend.apart_from_bias` (`bias fused`); the
-  tokens of both are asserted equal to the defaults';
+- `ours`: `Transformer.generate` with default arguments (XLA), and again on
+  `serving_copy("bfloat16")` (weights stored in bfloat16; its share of rows
+  equal to float32's is printed). What each part of `generate` buys (cache,
+  compiled loop, XLA) is `bench_generate.py`'s question;
 - `savedmodel`: our model exported with `export_saved_model` (greedy, and
   beam 4), loaded with `tf.saved_model.load` and called on strings (a word
   tokenizer whose ids are the model's); its tokens are asserted equal to ours;
@@ -49,9 +46,9 @@ MKL and CTranslate2 are told to generate or pick AVX2 code at most
 (`--xla_cpu_max_isa`, `ONEDNN_MAX_CPU_ISA`, `MKL_ENABLE_INSTRUCTIONS`,
 `CT2_FORCE_CPU_ISA`). It emulates the instruction set only: the caches and the
 memory bandwidth stay this machine's. The first line printed names the machine:
-CPU model, vector extensions, cores, threads and library versions. The
-`bf16 graph` row is left out under `--isa AVX2`: TensorFlow still sees
-AVX-512 BF16 and picks oneDNN's bfloat16 matmul, which oneDNN then refuses.
+CPU model, vector extensions, cores, threads and library versions.
+
+Run time: 13-14 minutes on 2 cores (RESULTS.md, 2026-11-22).
 """
 
 import argparse
@@ -74,7 +71,6 @@ BEAM = 4
 # Token i is spelled "t<i>" (the special tokens as ours), for peers that read strings.
 VOCABULARY = ["<PAD>", "<SOS>", "<END>", "<UNK>"] + [f"t{i}" for i in range(4, VOCAB)]
 PACKAGES = ("tensorflow", "keras", "ctranslate2", "torch", "transformers")
-LEGACY_RUNTIME = "--xla_cpu_use_thunk_runtime=false"
 # CTranslate2's matrix-product libraries, each tried (see the docstring).
 CT2_GEMM = {"own choice": {}, "oneDNN": {"CT2_USE_MKL": "0"},
             "oneDNN AVX2": {"CT2_USE_MKL": "0", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
@@ -108,7 +104,7 @@ def sources(count, seed=0):
     return np.random.default_rng(seed).integers(4, VOCAB, (count, SRC_LEN)).astype(np.int32)
 
 
-def seeded_model(kt):
+def seeded_model(kt, maximum_position_encoding=NEW_TOKENS + 1):
     """The seeded, built model every `ours` worker decodes with, from the
     package `kt` (`keras_transformer`, or an older copy of it)."""
     import keras
@@ -116,9 +112,9 @@ def seeded_model(kt):
     keras.utils.set_random_seed(0)
     model = kt.Transformer(
         **CONFIG, input_vocab_size=VOCAB, target_vocab_size=VOCAB,
-        maximum_position_encoding=NEW_TOKENS + 1,
+        maximum_position_encoding=maximum_position_encoding,
     )
-    model.build(((None, SRC_LEN), (None, NEW_TOKENS + 1)))
+    model.build(((None, SRC_LEN), (None, maximum_position_encoding)))
     bias = keras.ops.convert_to_numpy(model.final_layer.bias)
     bias[[model.pad_token_idx, model.start_token_idx, model.end_token_idx]] = -1e4
     model.final_layer.bias.assign(bias)
@@ -163,18 +159,13 @@ def worker_ours(model_path, variant, sentences, repeats):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(THREADS)
-    if variant == "bias fused":  # as before `_backend.apart_from_bias`
-        from keras_transformer import _backend
-
-        _backend.apart_from_bias = lambda product: product
     model = load_ours(model_path)
-    if variant.startswith("bf16"):
+    if variant == "bf16":
         model = model.serving_copy("bfloat16")
-    options = {"jit_compile": False} if variant.endswith("graph") else {}
 
     def decode(ids, method):
         return model.generate(ids, max_length=NEW_TOKENS, method=method, beam_size=BEAM,
-                              length_penalty=0.0, **options).numpy()
+                              length_penalty=0.0).numpy()
 
     return time_cases(decode, sentences, repeats)
 
@@ -390,12 +381,8 @@ def main(argv=None):
         model_path = os.path.join(tmp, "model.keras")
         run_worker(["build", model_path])
         rows = {}
-        variants = ["default", "graph", "bf16", "bf16 graph", "legacy runtime", "bias fused"]
-        if args.isa != "native":
-            variants.remove("bf16 graph")
-        for variant in variants:
-            variant_env = with_xla_flags(env, LEGACY_RUNTIME) if "legacy" in variant else env
-            rows[f"ours ({variant})"] = run_worker(["ours", model_path, variant], variant_env)
+        for variant in ("default", "bf16"):
+            rows[f"ours ({variant})"] = run_worker(["ours", model_path, variant], env)
             print(f"ours ({variant}): {rows[f'ours ({variant})']['figures']}", flush=True)
         rows["ours SavedModel"] = run_worker(["savedmodel", model_path], env)
         print(f"ours SavedModel: {rows['ours SavedModel']['figures']}", flush=True)
@@ -425,17 +412,14 @@ def main(argv=None):
                 key: (max if key.endswith("b64") else min)(r["figures"][key] for r in runs)
                 for key in runs[0]["figures"]}}
     reference = rows["ours (default)"]["tokens"]
-    for name in ("ours (graph)", "ours (legacy runtime)", "ours (bias fused)",
-                 "ours SavedModel", "ctranslate2 float32"):
+    for name in ("ours SavedModel", "ctranslate2 float32"):
         for key, tokens in rows[name]["tokens"].items():
             if tokens != reference[key]:
                 raise AssertionError(f"{name} {key}: tokens differ from ours (default)")
-    print("\ntokens: ours (graph), ours (legacy runtime), ours (bias fused), ours SavedModel "
-          "and ctranslate2 float32 equal ours (default) in every case")
-    for name in [name for name in ("ours (bf16)", "ours (bf16 graph)") if name in rows]:
-        rows_equal = [np.mean([a == b for a, b in zip(rows[name]["tokens"][key], tokens)])
-                      for key, tokens in reference.items()]
-        print(f"{name}: {np.mean(rows_equal):.3f} of the rows equal ours (default)'s")
+    print("\ntokens: ours SavedModel and ctranslate2 float32 equal ours (default) in every case")
+    rows_equal = [np.mean([a == b for a, b in zip(rows["ours (bf16)"]["tokens"][key], tokens)])
+                  for key, tokens in reference.items()]
+    print(f"ours (bf16): {np.mean(rows_equal):.3f} of the rows equal ours (default)'s")
     print(f"bandwidth floor at batch 1: {floor['floor_ms']['matvec']:.2f} ms/token (matvec, "
           f"{floor['bandwidth_gb_s']['matvec']:.1f} GB/s) to {floor['floor_ms']['sum']:.2f} "
           f"(sum, {floor['bandwidth_gb_s']['sum']:.1f} GB/s); {floor['step_bytes'] / 1e6:.1f} MB "

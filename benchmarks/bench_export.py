@@ -1,4 +1,5 @@
-"""The exported SavedModel on the demo's model: exact, and its speed per request.
+"""Does the exported SavedModel decode exactly as `generate` does, and how fast
+is one request through it against `Translator.translate`?
 
     python -m keras_transformer demo --out keras_transformer_demo
     python benchmarks/bench_export.py keras_transformer_demo [--requests 100]
@@ -10,6 +11,8 @@ decoded in batches of 64) whose tokens equal the float32
 `Translator.generate_ids` (that is, `generate`). Then times requests of
 one sentence, one after another, through the SavedModel and through
 `Translator.translate`: the median and 90th percentile in ms.
+
+Run time: about 3 minutes on 2 cores (four exports, 1,000 sentences each).
 """
 
 import argparse

@@ -1,4 +1,5 @@
-"""The core on a GPU, through Keras' JAX and PyTorch backends (`../shared/GPU.md`).
+"""Is the core correct and fast on a GPU, through Keras' JAX and PyTorch backends
+(`../shared/GPU.md`)?
 
 The lent GPU machines have JAX and PyTorch with CUDA, and no TensorFlow: nothing
 can be installed there but what travels with the working tree (64 MiB a call),
@@ -60,6 +61,8 @@ reference run of the tests) runs here, before and after:
   shape to compile) instead of length-sorted batches; then the test questions
   decoded as `chat` decodes and scored as `bench_chatbot.py` scores. Then the
   tutorial's size (d_model 512, dff 2048) in the same recipe.
+
+Run time: 3-4 minutes per part on an H100 or H200 (`train` about 6).
 """
 
 import argparse
@@ -513,8 +516,8 @@ def prepare(prepared):
     """The TensorFlow reference run and the tokenized ChatbotData split (needs TensorFlow)."""
     from bench_chatbot import DEFAULT_DATA, SAMPLE_QUESTIONS, chat_decoding, load_split
 
-    from keras_transformer.recipes.config import TrainConfig
     from keras_transformer.data.pipeline import encode_pairs, padded_sources
+    from keras_transformer.recipes.config import TrainConfig
     from keras_transformer.recipes.seq2seq import SCORED_VALID_PAIRS, split_pairs
     from keras_transformer.text.tokenizers import WordPieceTokenizer
 

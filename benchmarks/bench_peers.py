@@ -1,7 +1,6 @@
-"""Training speed against the peers a user would pick, side by side in one run.
+"""Does our model train as fast as keras-hub's layers and PyTorch's `nn.Transformer`?
 
     pip install ".[bench]"
-    python benchmarks/bench_train.py --peers      (the same as this script)
     python benchmarks/bench_peers.py [--steps 12] [--configs tutorial,long] [--append]
 
 Implementations, all the same architecture (post-LN encoder-decoder, ReLU,
@@ -22,13 +21,15 @@ batch 8). Each implementation runs in its own process (a clean peak RSS); the
 step time is the median of the steps after 3 warm-up steps. MFU is the
 model's matmul FLOP rate (exact count, `flops.forward_flops`) over the
 fp32 matmul peak measured in this run, before and after (the higher).
+
+Run time: about 10 minutes on 2 cores with the defaults (10 processes, the
+long config's steps the slowest).
 """
 
 import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -195,10 +196,8 @@ def main(argv=None):
         name, config, steps = args.worker
         return worker(name, config, int(steps))
 
-    import tensorflow as tf
-
-    from bench_train import matmul_peak_gflops
     from flops import train_step_flops
+    from machine import describe, matmul_peak_gflops
 
     lines = []
 
@@ -217,12 +216,9 @@ def main(argv=None):
             print(f"  {config} {name}: {result}", file=sys.stderr, flush=True)
     peak = max(peak_before, matmul_peak_gflops())
 
-    import torch
-
     say(f"- Date: {datetime.date.today()}; command: `python benchmarks/bench_peers.py "
         f"--steps {args.steps}`")
-    say(f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"TensorFlow {tf.__version__}, PyTorch {torch.__version__}")
+    say(f"- Machine: {describe(('tensorflow', 'keras', 'keras-hub', 'torch'))}")
     say(f"- fp32 matmul peak (2048^3) in this run: {peak:.1f} GFLOP/s")
     say()
     say("| config | implementation | ms/step | target tokens/s | vs fastest peer | "

@@ -1,9 +1,11 @@
-"""The machine a benchmark ran on, printed at its top: ratios can invert across CPUs."""
+"""The machine a benchmark ran on, printed at its top (ratios can invert across CPUs),
+and its fp32 matmul peak, the denominator of model FLOP utilisation."""
 
 import datetime
 import importlib.metadata
 import os
 import platform
+import time
 
 # /proc/cpuinfo flag -> the name RESULTS.md uses, for the extensions that decide
 # which kernels XLA, oneDNN and CTranslate2 pick.
@@ -56,3 +58,19 @@ def describe(packages=()):
     if os.environ.get("XLA_FLAGS"):
         line += f"; XLA_FLAGS={os.environ['XLA_FLAGS']}"
     return line
+
+
+def matmul_peak_gflops(n=2048, repeats=10):
+    """Best fp32 GFLOP/s of an (n, n) @ (n, n) TensorFlow matmul on this machine."""
+    import tensorflow as tf
+
+    a = tf.random.normal((n, n))
+    b = tf.random.normal((n, n))
+    matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
+    matmul(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9

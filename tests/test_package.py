@@ -75,15 +75,8 @@ def package_imports(module):
     return found - {"", module}
 
 
-def test_the_core_imports_no_application_module_and_has_no_import_cycle():
-    """No module of a core folder imports the application (text/, data/,
-    recipes/, serving/, cli, plotting...), and the core has no import cycle.
-    Read from the source, so a function-level import counts as well."""
-    assert {"layers.attention", "models.transformer", "generation.beam",
-            "training.losses"} <= set(CORE)
-    graph = {module: package_imports(module) for module in CORE}
-    assert {module: sorted(imports - set(CORE)) for module, imports in graph.items()
-            if imports - set(CORE)} == {}
+def assert_no_cycle(graph):
+    """`graph`: `{module: the modules it imports}`; fails naming a cycle's path."""
     done, path = set(), []
 
     def visit(module):
@@ -95,8 +88,32 @@ def test_the_core_imports_no_application_module_and_has_no_import_cycle():
             path.pop()
             done.add(module)
 
-    for module in CORE:
+    for module in graph:
         visit(module)
+
+
+def test_the_core_imports_no_application_module_and_has_no_import_cycle():
+    """No module of a core folder imports the application (text/, data/,
+    recipes/, serving/, cli, plotting...), and the core has no import cycle.
+    Read from the source, so a function-level import counts as well."""
+    assert {"layers.attention", "models.transformer", "generation.beam",
+            "training.losses"} <= set(CORE)
+    graph = {module: package_imports(module) for module in CORE}
+    assert {module: sorted(imports - set(CORE)) for module, imports in graph.items()
+            if imports - set(CORE)} == {}
+    assert_no_cycle(graph)
+
+
+def test_no_benchmark_script_imports_another_that_imports_it_back():
+    """One script per question: a script may use another's workload, never in a cycle."""
+    scripts = {path.stem: path for path in (PACKAGE.parent / "benchmarks").glob("*.py")}
+    graph = {}
+    for name, path in scripts.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        graph[name] = {node.module for node in ast.walk(tree)
+                       if isinstance(node, ast.ImportFrom) and node.module in scripts}
+    assert {"bench_train", "bench_peers", "machine"} <= set(graph)
+    assert_no_cycle(graph)
 
 
 def run_python(code):
