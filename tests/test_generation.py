@@ -1,6 +1,8 @@
 """Transformer.generate / inference: cached decoding equals recomputation, beam
 search, sampling, padding after <END>, mixed precision and XLA."""
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from helpers import tiny_kargs
 import keras_transformer as kt
 from keras_transformer import _backend, _compat, cli
 from keras_transformer.data import reverse_task
-from keras_transformer.generation import GenerateConfig
+from keras_transformer.generation import GenerateConfig, beam_search, mmi_rerank
 from keras_transformer.serving.export import EXPORTED_OPTIONS
 
 PAD, SOS, END = 0, 1, 2
@@ -109,26 +111,112 @@ def test_row_without_end_stops_at_max_length(trained_model):
 
 @pytest.mark.slow
 def test_beam_size_one_equals_greedy(random_model, trained_model):
+    # Without a length penalty; with one, beam search may go on past greedy's <END>
+    # to a longer answer that scores better (the next test).
     for model in (random_model, trained_model):
         inp = mixed_length_sources(5, seed=3)
         np.testing.assert_array_equal(
-            model.generate(inp, method="beam", beam_size=1).numpy(), model.generate(inp).numpy()
+            model.generate(inp, method="beam", beam_size=1, length_penalty=0.0).numpy(),
+            model.generate(inp).numpy(),
         )
 
 
+def padded_to(width, *arrays):
+    return [np.pad(a, ((0, 0), (0, width - a.shape[1]))) for a in arrays]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
-def test_beam_search_never_scores_below_greedy(random_model, trained_model, alpha):
+@pytest.mark.parametrize("alpha", [0.6, 1.0, 2.0])
+def test_beam_size_one_never_scores_below_greedy(random_model, trained_model, alpha):
+    """Beam 1 follows greedy's path until greedy ends, keeps that answer, and
+    replaces it only with a better one. (Wider beams can score below greedy:
+    greedy's path may leave the beam before it ends.)"""
     for model in (random_model, trained_model):
         inp = mixed_length_sources(17, seed=4)
         greedy = model.generate(inp).numpy()
-        beam = model.generate(inp, method="beam", beam_size=4, length_penalty=alpha).numpy()
+        beam = model.generate(inp, method="beam", beam_size=1, length_penalty=alpha).numpy()
         assert beam.dtype == np.int32
-        width = max(greedy.shape[1], beam.shape[1])
-        pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])))  # noqa: E731
-        beam_scores = penalised_log_prob(model, inp, pad(beam), alpha)
-        greedy_scores = penalised_log_prob(model, inp, pad(greedy), alpha)
+        beam, greedy = padded_to(max(greedy.shape[1], beam.shape[1]), beam, greedy)
+        beam_scores = penalised_log_prob(model, inp, beam, alpha)
+        greedy_scores = penalised_log_prob(model, inp, greedy, alpha)
         assert (beam_scores >= greedy_scores - 1e-4).all()
+
+
+def every_answer(vocab_size, max_length):
+    """Every answer `generate` can give (no <PAD>/<SOS>): token sequences
+    ending in <END> after 0..max_length-1 tokens, or max_length tokens without
+    one, <PAD> after the end; `(N, max_length)`."""
+    words = [token for token in range(vocab_size) if token not in (PAD, SOS, END)]
+    answers = []
+    for length in range(max_length + 1):
+        for body in itertools.product(words, repeat=length):
+            answer = list(body) + ([END] if length < max_length else [])
+            answers.append(answer + [PAD] * (max_length - len(answer)))
+    return np.array(answers, np.int32)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+def test_beam_search_as_wide_as_the_search_space_is_exhaustive_search(alpha):
+    """Three words and three steps: 40 answers. A beam of 40 never prunes, so its
+    four best answers must be exhaustive search's four best under the length
+    penalty (with alpha 2 long answers win; stopping early would miss them)."""
+    vocab_size, max_length, beam_size = 6, 3, 40
+    keras.utils.set_random_seed(2)
+    model = kt.Transformer(**tiny_kargs(num_layers=1, input_vocab_size=vocab_size,
+                                        target_vocab_size=vocab_size,
+                                        maximum_position_encoding=max_length + 1))
+    answers = every_answer(vocab_size, max_length)
+    assert len(answers) == 40
+    for source in ([3, 4, 5, 0], [5, 5, 0, 0], [4, 3, 3, 5]):
+        inp = np.array([source], np.int32)
+        best = model.generate(inp, method="beam", beam_size=beam_size, length_penalty=alpha,
+                              num_return_sequences=4, max_length=max_length).numpy()[0]
+        (best,) = padded_to(max_length, best)
+        scores = penalised_log_prob(model, np.repeat(inp, len(answers), 0), answers, alpha)
+        np.testing.assert_allclose(
+            penalised_log_prob(model, np.repeat(inp, 4, 0), best, alpha),
+            np.sort(scores)[::-1][:4], atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha, answer, steps", [(0.0, [END], 1),
+                                                   (2.0, [4, 4, 4, 4, END], 5)])
+def test_beam_search_stops_only_when_no_alive_answer_can_win(alpha, answer, steps):
+    """One hypothesis; at step 0 <END> has p 0.6, token 4 has 0.4 and then
+    leads surely to 4 4 4 4 <END>. Without a length penalty <END> wins at once
+    and the search stops; with alpha 2 the long answer scores -0.92 / 2.78
+    against -0.51 / 1, so the search must go on although its one beam slot
+    holds a finished answer."""
+    table = np.full((5, 5), -1e4, np.float32)  # (step, vocabulary): <PAD>, <SOS> never
+    table[0, END], table[0, 4] = np.log(0.6), np.log(0.4)
+    table[1:4, 4] = 0.0
+    table[4, END] = 0.0
+
+    def step_fn(tokens, index, state):
+        return keras.ops.take(table, index[None], axis=0), state, []
+
+    tokens, log_probs, lengths, n = beam_search(
+        step_fn, keras.ops.zeros((1,)), lambda state, rows: state, 1, 1, 5, 5,
+        start_token_idx=SOS, end_token_idx=END, pad_token_idx=PAD, length_penalty=alpha)
+    assert int(n) == steps
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(tokens)[0, 0, :len(answer)],
+                                  answer)
+    assert int(keras.ops.convert_to_numpy(lengths)[0, 0]) == len(answer)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(log_probs)[0, 0],
+                               np.log(0.6 if steps == 1 else 0.4), atol=1e-3)
+
+
+def test_mmi_ranks_with_the_length_penalty():
+    tokens = np.arange(2 * 3).reshape(1, 2, 3).astype(np.int32)
+    log_probs, lengths = np.array([[-2.0, -2.6]], np.float32), np.array([[1, 10]], np.int32)
+    prior = np.array([[-1.0, -4.0]], np.float32)
+
+    def order(weight, alpha):
+        ranked = mmi_rerank(tokens, log_probs, lengths, prior, weight, alpha)
+        return keras.ops.convert_to_numpy(ranked)[0, :, 0] // 3
+
+    assert list(order(0.0, 0.0)) == [0, 1]  # by log p(T|S)
+    assert list(order(0.0, 1.0)) == [1, 0]  # -2 / 1 < -2.6 / 2.5
+    assert list(order(0.5, 0.0)) == [1, 0]  # -2 + 0.5 < -2.6 + 2
 
 
 def test_top_k_one_sampling_equals_greedy(random_model):

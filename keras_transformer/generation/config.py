@@ -31,14 +31,17 @@ class GenerateConfig:
 
     Attributes:
         method: `"greedy"`, `"beam"`, `"sample"` or `"mmi"`: beam search whose
-            `beam_size` hypotheses are reranked by `log p(T|S) - mmi_weight *
-            log p(T)`, `p(T)` being the model's probability of the answer for an
-            empty source (maximum mutual information, Li et al., 2016: it
-            demotes answers that fit any input, like "I don't know").
+            `beam_size` hypotheses are reranked by `(log p(T|S) - mmi_weight *
+            log p(T)) / lp(|T|)`, `p(T)` being the model's probability of the
+            answer for an empty source (maximum mutual information, Li et al.,
+            2016: it demotes answers that fit any input, like "I don't know")
+            and `lp` beam search's length penalty.
         max_length: int. Most tokens to generate, `<END>` included; at most the
             model's `maximum_position_encoding` (`None`: that).
         beam_size: int. Hypotheses per row for `"beam"` and `"mmi"`.
-        length_penalty: float. GNMT alpha for `"beam"` and `"mmi"`.
+        length_penalty: float. GNMT alpha for `"beam"` and `"mmi"`: answers
+            are ranked by `log p / ((5 + length) / 6) ** alpha`; 0 ranks by
+            probability alone, a larger alpha favours longer answers.
         mmi_weight: float >= 0. lambda of `"mmi"`; `0` ranks by `log p(T|S)`
             alone. Chosen on ChatbotData's validation split (RESULTS.md).
         temperature: float > 0. For `"sample"`.

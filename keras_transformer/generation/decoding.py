@@ -122,7 +122,7 @@ def decode(
     )
 
     if method in BEAM_METHODS:
-        tokens, log_probs, n = beam_search(
+        tokens, log_probs, lengths, n = beam_search(
             step, state, _gather_self_attention, batch_size, beam_size, max_length,
             model.target_vocab_size, length_penalty=tensors["length_penalty"], **specials,
         )  # (B, K, L), best first
@@ -130,8 +130,8 @@ def decode(
             prior = answer_log_probs(
                 model, ops.reshape(tokens, (-1, max_length)), ops.shape(inp)[1]
             )  # (B*K,)
-            tokens = mmi_rerank(tokens, log_probs, ops.reshape(prior, (-1, beam_size)),
-                                tensors["mmi_weight"])
+            tokens = mmi_rerank(tokens, log_probs, lengths, ops.reshape(prior, (-1, beam_size)),
+                                tensors["mmi_weight"], tensors["length_penalty"])
         if num_return_sequences == 1:
             return tokens[:, 0], n, {}  # (B, L)
         return tokens[:, :num_return_sequences], n, {}  # (B, R, L)
