@@ -46,6 +46,8 @@ with _startup.quiet():
     )
     from keras_transformer.training import (
         CustomSchedule,
+        MaskedAccuracy,
+        MaskedCrossEntropy,
         MaskedLoss,
         masked_accuracy,
         masked_loss,
@@ -97,6 +99,8 @@ __all__ = [
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
+    "MaskedAccuracy",
+    "MaskedCrossEntropy",
     "MaskedLanguageModel",
     "MaskedLoss",
     "MultiHeadAttention",

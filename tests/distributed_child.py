@@ -53,13 +53,15 @@ class FirstStepWeights(keras.callbacks.Callback):
 
 
 def numpy_masked_accuracy(model, dataset, pad):
-    """The mean over batches of each batch's accuracy on its non-pad targets."""
-    values = []
+    """`(the mean over batches of each batch's accuracy on its non-pad targets,
+    the accuracy over every non-pad target)`."""
+    values, right, count = [], 0, 0
     for (inp, dec_in), dec_out in dataset:
         predicted = np.argmax(model((inp, dec_in)).numpy(), axis=-1)
         real = dec_out.numpy() != pad
         values.append((predicted == dec_out.numpy())[real].mean())
-    return float(np.mean(values))
+        right, count = right + (predicted == dec_out.numpy())[real].sum(), count + real.sum()
+    return float(np.mean(values)), right / count
 
 
 def corpus(train_size=200, valid_size=16):
@@ -87,22 +89,25 @@ def mirrored(out_dir):
                                    maximum_position_encoding=16, rate=0.0)
             model.build(((None, None), (None, None)))
             model.compile(keras.optimizers.SGD(LEARNING_RATE), loss=kt.MaskedLoss(),
-                          metrics=[kt.masked_accuracy])
+                          metrics=[kt.masked_accuracy,
+                                   kt.MaskedAccuracy(pad_token_idx=target.pad_id,
+                                                     name="token_accuracy")])
         first = FirstStepWeights()
         model.fit(train_data, epochs=1, steps_per_epoch=8, callbacks=[first], shuffle=False,
                   verbose=0)
-        accuracy = model.evaluate(valid_data, return_dict=True, verbose=0)["masked_accuracy"]
+        scores = model.evaluate(valid_data, return_dict=True, verbose=0)
         results = {
             "replicas": strategy.num_replicas_in_sync,
-            "accuracy": accuracy,
+            "accuracy": scores["masked_accuracy"],
+            "token_accuracy": scores["token_accuracy"],
             **{f"before_{i}": w for i, w in enumerate(first.before)},
             **{f"gradient_{i}": (b - a) / LEARNING_RATE
                for i, (b, a) in enumerate(zip(first.before, first.after))},
             **{f"final_{i}": w.numpy() for i, w in enumerate(model.trainable_weights)},
         }
         if name == "one_device":
-            results["numpy_accuracy"] = numpy_masked_accuracy(model, valid_data,
-                                                              target.pad_id)
+            results["numpy_accuracy"], results["numpy_token_accuracy"] = (
+                numpy_masked_accuracy(model, valid_data, target.pad_id))
         np.savez(os.path.join(out_dir, f"{name}.npz"), **results)
 
 

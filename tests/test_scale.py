@@ -42,6 +42,11 @@ def test_mirrored_over_two_cpus_computes_the_one_device_gradients(tmp_path):
     np.testing.assert_allclose(float(two["accuracy"]), float(one["accuracy"]), atol=1e-6)
     np.testing.assert_allclose(float(one["accuracy"]), float(one["numpy_accuracy"]),
                                atol=1e-6)
+    # MaskedAccuracy counts tokens, over the batches and over the replicas.
+    for result in (one, two):
+        np.testing.assert_allclose(float(result["token_accuracy"]),
+                                   float(one["numpy_token_accuracy"]), atol=1e-6)
+    assert abs(float(one["numpy_token_accuracy"]) - float(one["numpy_accuracy"])) > 1e-4
 
 
 @pytest.mark.slow

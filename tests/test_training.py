@@ -76,3 +76,27 @@ def test_masked_accuracy_ignores_padding():
     y_true = np.array([[3, 4, 0, 0]])
     logits = tf.one_hot([[3, 5, 0, 0]], 6)
     assert float(kt.masked_accuracy(y_true, logits)) == 0.5
+
+
+def test_metrics_weigh_every_token_the_same_across_batches_of_different_lengths():
+    """Batch 1: 2 tokens, both right; batch 2: 7 tokens, 1 right. Per token:
+    3 / 9 right, where the mean of the batches' means is (1 + 1 / 7) / 2."""
+    rng = np.random.default_rng(0)
+    short = np.array([[5, 0], [6, 0]])
+    long = np.array([[5, 6, 7, 0], [7, 6, 5, 4]])
+    batches = [(short, np.eye(9)[[[5, 0], [6, 0]]] * 3.0),
+               (long, np.eye(9)[[[5, 8, 8, 0], [8, 8, 8, 8]]] * 3.0)]
+    batches = [(y, logits + rng.normal(0, 0.1, logits.shape)) for y, logits in batches]
+    accuracy, cross_entropy = kt.MaskedAccuracy(), kt.MaskedCrossEntropy(label_smoothing=0.1)
+    for y_true, logits in batches:
+        accuracy.update_state(y_true, logits)
+        cross_entropy.update_state(y_true, logits)
+    np.testing.assert_allclose(float(accuracy.result()), 3 / 9, rtol=1e-6)
+    counts = [(y_true != 0).sum() for y_true, _ in batches]
+    losses = [float(kt.masked_loss(y_true, logits, label_smoothing=0.1))
+              for y_true, logits in batches]
+    np.testing.assert_allclose(float(cross_entropy.result()),
+                               np.dot(counts, losses) / sum(counts), rtol=1e-5)
+    assert abs(float(cross_entropy.result()) - np.mean(losses)) > 0.1
+    restored = kt.MaskedCrossEntropy.from_config(cross_entropy.get_config())
+    assert (restored.label_smoothing, restored.name) == (0.1, "masked_cross_entropy")

@@ -2,7 +2,11 @@
 recipes' optimizer, and the loss and accuracy over the non-`<PAD>` target tokens."""
 
 from keras_transformer.training.losses import MaskedLoss, masked_loss
-from keras_transformer.training.metrics import MaskedAccuracy, masked_accuracy
+from keras_transformer.training.metrics import (
+    MaskedAccuracy,
+    MaskedCrossEntropy,
+    masked_accuracy,
+)
 from keras_transformer.training.schedule import (
     CustomSchedule,
     default_learning_rate,
@@ -12,6 +16,7 @@ from keras_transformer.training.schedule import (
 __all__ = [
     "CustomSchedule",
     "MaskedAccuracy",
+    "MaskedCrossEntropy",
     "MaskedLoss",
     "default_learning_rate",
     "masked_accuracy",

@@ -52,12 +52,18 @@ def masked_loss(y_true, y_pred, label_smoothing=0.0, pad_token_idx=0):
     """
     label_smoothing = _config.check_rate("label_smoothing", label_smoothing)
     y_true = ops.cast(y_true, "int32")
+    return non_pad_mean(token_losses(y_true, y_pred, label_smoothing), y_true, pad_token_idx,
+                        replica_share=True)
+
+
+def token_losses(y_true, y_pred, label_smoothing):
+    """float32 `(B, T)`: the cross-entropy of every target token, smoothed."""
     logits = ops.cast(y_pred, "float32")
     loss = ops.sparse_categorical_crossentropy(y_true, logits, from_logits=True)  # (B, T)
     if label_smoothing:
         uniform = -ops.mean(ops.log_softmax(logits, axis=-1), axis=-1)  # (B, T)
         loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
-    return non_pad_mean(loss, y_true, pad_token_idx, replica_share=True)
+    return loss
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
