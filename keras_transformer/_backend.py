@@ -12,7 +12,6 @@ it is the backend, so the core runs where TensorFlow is not installed.
 - `compile_decoding`: the compiled decoding loop: `tf.function` (with XLA on
   request), `jax.jit` over the model's variables, PyTorch without gradients
   (eager, or `torch.compile` on request).
-- `argmax`: the arg-max over the last axis, without Keras's pass for -0.0.
 - `stateless_categorical`: a draw that depends only on `(seed, step)`.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
@@ -99,24 +98,6 @@ def compile_decoding(model, fn, jit_compile):
     return torch.compile(without_gradients) if jit_compile else without_gradients
 
 
-def argmax(x):
-    """int32 index of the largest value along the last axis of `x`.
-
-    `keras.ops.argmax` on TensorFlow, and on JAX on a CPU, first replaces
-    every -0.0 by the smallest negative float (a fix for a flush-to-zero
-    case), a few more passes over `x`: over a training batch's logits
-    `(B, T, V)` that was 2% of a training step on TensorFlow
-    (benchmarks/RESULTS.md). Logits gain nothing from it: only a row whose
-    largest values are -0.0 and +0.0 can differ (here they tie, and on a CPU
-    the first wins).
-    """
-    if BACKEND == "tensorflow":
-        return tf.argmax(x, axis=-1, output_type=tf.int32)
-    if BACKEND == "jax":
-        return jax.numpy.argmax(x, axis=-1).astype("int32")
-    return keras.ops.argmax(x, axis=-1)  # torch: int32, no extra pass
-
-
 def stateless_categorical(logits, seed, step):
     """One id per row drawn from softmax(`logits`) `(B, V)`, as int32 `(B,)`.
 
@@ -148,9 +129,11 @@ def apart_from_bias(product):
     Under XLA:CPU (TensorFlow, `jit_compile=True`, no GPU) a one-row product
     fused with the bias add that follows it is emitted as a loop that reads
     the kernel 1.2-1.3x slower than the product alone, which is most of a
-    batch-1 decoding step (benchmarks/RESULTS.md). With more rows the fusion
-    is as fast or faster, so it is kept; so it is on the other backends, and
-    in an exported SavedModel, whose batch size is unknown when it is traced.
+    batch-1 decoding step. Measured (`bench_against.py`, AMD EPYC, 2 cores,
+    2026-11-26): without it batch-1 greedy decoding takes 1.22x as long. With
+    more rows the fusion is as fast or faster, so it is kept; so it is on the
+    other backends, and in an exported SavedModel, whose batch size is unknown
+    when it is traced.
     """
     if not in_xla_context() or len(product.shape) < 2:
         return product
@@ -168,7 +151,9 @@ def joins_projections(x):
     `while_loop` compiles its body even without `jax.jit`. A loop run step by
     step (a TensorFlow graph, as in an exported SavedModel; PyTorch) would
     join them at every step, which costs more than it saves (13% of a batch-1
-    step in a TensorFlow graph, benchmarks/RESULTS.md)."""
+    step in a TensorFlow graph, benchmarks/RESULTS.md). Measured where it runs
+    (`bench_against.py`, AMD EPYC, 2 cores, 2026-11-26): without it batch-1
+    greedy decoding takes 1.058x as long on JAX, 1.03-1.05x on TensorFlow."""
     if BACKEND == "tensorflow":
         return in_xla_context()
     return BACKEND == "jax" and concrete(x) is None  # traced: inside a compiled loop
@@ -194,7 +179,10 @@ def has_fused_attention(x):
 
 def xla_dropout(inputs, rate, seed_generator):
     """Dropout drawn with ThreeFry, which XLA:CPU generates about 4x faster
-    than the default Philox (TensorFlow under `jit_compile=True` only)."""
+    than the default Philox (TensorFlow under `jit_compile=True` only).
+    Measured (`bench_against.py`, AMD EPYC, 2 cores, 2026-11-26): with
+    Keras's dropout an XLA training step of the tutorial's model takes 1.09x
+    as long."""
     seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
     return tf.nn.experimental.stateless_dropout(inputs, rate, seed, rng_alg="threefry")
 

@@ -3,7 +3,7 @@
 import numpy as np
 from keras import ops
 
-from keras_transformer.generation.search import int32, write_column
+from keras_transformer.generation.search import int32
 
 
 def length_penalty_fn(length, alpha):

@@ -47,7 +47,7 @@ def greedy_search(
     if choose_fn is None:
 
         def choose_fn(logits, index):
-            return _backend.argmax(logits)
+            return ops.cast(ops.argmax(logits, axis=-1), "int32")
 
     collect = weight_buffers is not None
     tokens = ops.full((batch_size, max_length), pad_token_idx, "int32")

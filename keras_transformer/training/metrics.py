@@ -6,7 +6,7 @@ Runs on every Keras backend.
 import keras
 from keras import ops
 
-from keras_transformer import _backend, _config
+from keras_transformer import _config
 from keras_transformer.training.losses import non_pad_mean, token_losses
 
 
@@ -23,7 +23,7 @@ def masked_accuracy(y_true, y_pred, pad_token_idx=0):
         Scalar float32 accuracy.
     """
     y_true = ops.cast(y_true, "int32")
-    predicted = _backend.argmax(y_pred)
+    predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
     return non_pad_mean(ops.cast(ops.equal(y_true, predicted), "float32"), y_true,
                          pad_token_idx, replica_share=False)
 
@@ -78,7 +78,8 @@ class MaskedAccuracy(_TokenMean):
         super().__init__(pad_token_idx=pad_token_idx, name=name, **kwargs)
 
     def token_values(self, y_true, y_pred):
-        return ops.cast(ops.equal(y_true, _backend.argmax(y_pred)), "float32")
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        return ops.cast(ops.equal(y_true, predicted), "float32")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
