@@ -16,9 +16,9 @@ each. Every implementation runs in its own process:
 - `savedmodel`: our model exported with `export_saved_model` (greedy, and
   beam 4), loaded with `tf.saved_model.load` and called on strings (a word
   tokenizer whose ids are the model's); its tokens are asserted equal to ours;
-- `ctranslate2`: our weights copied into a CTranslate2 model
-  (`ours_to_ctranslate2`), fp32 and int8; its greedy and beam tokens are
-  asserted equal to ours on every source;
+- `ctranslate2`: our model exported with `export_ctranslate2` (the package's
+  `export --format ctranslate2`), run fp32 and int8; its greedy and beam
+  tokens are asserted equal to ours on every source;
 - `marian`: Hugging Face transformers' `MarianMTModel` (PyTorch) with the same
   dimensions and its own random weights (speed only);
 - `floor`: the memory-bandwidth floor at batch 1: the bytes of the weights a
@@ -194,63 +194,15 @@ def worker_savedmodel(model_path, sentences, repeats):
     return time_cases(decode, sentences, repeats)
 
 
-def ours_to_ctranslate2(model, output_dir):
-    """Writes a CTranslate2 model with the weights of our post-LN `model`."""
-    from ctranslate2.specs import common_spec, transformer_spec
-
-    spec = transformer_spec.TransformerSpec.from_config(
-        model.num_layers, model.num_heads, pre_norm=False,
-        activation=common_spec.Activation.RELU,
-    )
-
-    def linear(target, *denses):
-        target.weight = np.concatenate([d.kernel.numpy().T for d in denses])  # (out, in)
-        target.bias = np.concatenate([d.bias.numpy() for d in denses])
-
-    def norm(target, layer_norm):
-        target.gamma = layer_norm.gamma.numpy()
-        target.beta = layer_norm.beta.numpy()
-
-    positions = model.encoder.pos_encoding.numpy()[0]  # (P, d_model)
-    for side, ours in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
-        embeddings = side.embeddings[0] if side is spec.encoder else side.embeddings
-        embeddings.weight = ours.embedding.embeddings.numpy()
-        side.scale_embeddings = True
-        side.position_encodings.encodings = positions
-    for layer, ours in zip(spec.encoder.layer, model.encoder.enc_layers):
-        mha = ours.mha
-        linear(layer.self_attention.linear[0], mha.wq, mha.wk, mha.wv)
-        linear(layer.self_attention.linear[1], mha.dense)
-        norm(layer.self_attention.layer_norm, ours.layernorm1)
-        linear(layer.ffn.linear_0, ours.ffn.layers[0])
-        linear(layer.ffn.linear_1, ours.ffn.layers[1])
-        norm(layer.ffn.layer_norm, ours.layernorm2)
-    for layer, ours in zip(spec.decoder.layer, model.decoder.dec_layers):
-        linear(layer.self_attention.linear[0], ours.mha1.wq, ours.mha1.wk, ours.mha1.wv)
-        linear(layer.self_attention.linear[1], ours.mha1.dense)
-        norm(layer.self_attention.layer_norm, ours.layernorm1)
-        linear(layer.attention.linear[0], ours.mha2.wq)
-        linear(layer.attention.linear[1], ours.mha2.wk, ours.mha2.wv)
-        linear(layer.attention.linear[2], ours.mha2.dense)
-        norm(layer.attention.layer_norm, ours.layernorm2)
-        linear(layer.ffn.linear_0, ours.ffn.layers[0])
-        linear(layer.ffn.linear_1, ours.ffn.layers[1])
-        norm(layer.ffn.layer_norm, ours.layernorm3)
-    linear(spec.decoder.projection, model.final_layer)
-    spec.register_source_vocabulary(VOCABULARY)
-    spec.register_target_vocabulary(VOCABULARY)
-    spec.config.bos_token = spec.config.decoder_start_token = "<SOS>"
-    spec.config.eos_token = "<END>"
-    spec.config.unk_token = "<UNK>"
-    spec.config.layer_norm_epsilon = 1e-6  # the tutorial's
-    spec.validate()
-    spec.optimize()
-    os.makedirs(output_dir, exist_ok=True)
-    spec.save(output_dir)
-
-
 def convert(model_path, output_dir):
-    ours_to_ctranslate2(load_ours(model_path), output_dir)
+    """Our model, exported with `keras-transformer export --format ctranslate2`'s
+    function (a word tokenizer whose ids are the model's)."""
+    from keras_transformer import Translator
+    from keras_transformer.serving.ctranslate2 import export_ctranslate2
+    from keras_transformer.text import WordTokenizer
+
+    tokenizer = WordTokenizer(VOCABULARY)
+    export_ctranslate2(Translator(load_ours(model_path), tokenizer, tokenizer), output_dir)
 
 
 def worker_ctranslate2(ct2_dir, compute_type, sentences, repeats):

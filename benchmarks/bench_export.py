@@ -1,5 +1,5 @@
-"""Does the exported SavedModel decode exactly as `generate` does, and how fast
-is one request through it against `Translator.translate`?
+"""Do the exported SavedModel and CTranslate2 model decode exactly as `generate`
+does, and how fast is one request through each against `Translator.translate`?
 
     python -m keras_transformer demo --out keras_transformer_demo
     python benchmarks/bench_export.py keras_transformer_demo [--requests 100]
@@ -10,9 +10,12 @@ Exports the demo's model (greedy, and beam 4; as it is and as its
 decoded in batches of 64) whose tokens equal the float32
 `Translator.generate_ids` (that is, `generate`). Then times requests of
 one sentence, one after another, through the SavedModel and through
-`Translator.translate`: the median and 90th percentile in ms.
+`Translator.translate`: the median and 90th percentile in ms. Then the same
+for the CTranslate2 export (`pip install ".[ctranslate2]"`), float32 and int8,
+at `length_penalty=0` (CTranslate2 does not have GNMT's penalty), with the
+exact match of its answers against the references beside ours.
 
-Run time: about 3 minutes on 2 cores (four exports, 1,000 sentences each).
+Run time: about 4 minutes on 2 cores (eight exports, 1,000 sentences each).
 """
 
 import argparse
@@ -22,6 +25,9 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# CTranslate2's OpenMP threads otherwise spin between calls, on the cores
+# TensorFlow's calls need (bench_decode_peers.py measures both policies).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -29,6 +35,7 @@ import tensorflow as tf  # noqa: E402
 from keras_transformer import Translator, export_saved_model  # noqa: E402
 from keras_transformer.cli import DEMO_CONFIG, DEMO_SIZES  # noqa: E402
 from keras_transformer.data.corpus import english_korean_corpus  # noqa: E402
+from machine import describe  # noqa: E402
 
 METHODS = {"greedy": {}, "beam": {"method": "beam", "beam_size": 4}}
 DTYPES = ("float32", "bfloat16")  # bfloat16: `serving_copy`, compared with float32's tokens
@@ -52,6 +59,7 @@ def main(argv=None):
     translator = Translator.load(args.model)
     test = [source for source, _ in
             english_korean_corpus(seed=DEMO_CONFIG.seed, **DEMO_SIZES)["test"]]
+    print(f"# {describe(('tensorflow', 'keras', 'ctranslate2'))}")
     print(f"demo model {args.model}, test split of {len(test)} sentences")
     print("| decoding | weights | tokens equal to float32 generate's | SavedModel ms/request "
           "(median, p90) | Translator.translate ms/request (median, p90) |")
@@ -79,6 +87,38 @@ def main(argv=None):
             ours = latency_ms(lambda text: direct.translate(text, **options), requests)
             print(f"| {name} | {dtype} | {equal} / {len(test)} | {saved[0]:.1f}, {saved[1]:.1f} "
                   f"| {ours[0]:.1f}, {ours[1]:.1f} |", flush=True)
+        ctranslate2_rows(translator, test, args.requests, tmp)
+
+
+def ctranslate2_rows(translator, test, requests, tmp):
+    """The CTranslate2 export, float32 and int8: its tokens against `generate`'s
+    at `length_penalty=0` (CTranslate2's penalty is not GNMT's) and its speed."""
+    from keras_transformer.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+    print("\n| CTranslate2 | weights | tokens equal to float32 generate's | exact match with "
+          "the references, ours -> CTranslate2 | ms/request (median, p90), CTranslate2 | ours |")
+    print("|---|---|---|---|---|---|")
+    references = dict(english_korean_corpus(seed=DEMO_CONFIG.seed, **DEMO_SIZES)["test"])
+    ours_text = translator.translate(test)
+    ours_match = np.mean([a == references[s] for s, a in zip(test, ours_text)])
+    for (name, options), quantization in itertools.product(METHODS.items(),
+                                                           ("float32", "int8")):
+        options = dict(options, length_penalty=0.0)
+        exported = CTranslate2Translator(export_ctranslate2(
+            translator, os.path.join(tmp, f"ct2-{name}-{quantization}"), quantization),
+            threads=os.cpu_count())
+        want = translator.generate_ids(test, **options)
+        got = exported.generate_ids(test, **options)
+        width = max(got.shape[1], want.shape[1])
+        got, want = (np.pad(x, [(0, 0), (0, width - x.shape[1])]) for x in (got, want))
+        texts = exported.translate(test, **options)
+        match = np.mean([a == references[s] for s, a in zip(test, texts)])
+        theirs = latency_ms(lambda text: exported.translate([text], **options), test[:requests])
+        ours = latency_ms(lambda text: translator.translate(text, **options), test[:requests])
+        print(f"| {name} | {quantization} | {int((got == want).all(axis=1).sum())} / "
+              f"{len(test)} | {ours_match:.3f} -> {match:.3f} | {theirs[0]:.1f}, "
+              f"{theirs[1]:.1f} | {ours[0]:.1f}, {ours[1]:.1f} |", flush=True)
+        exported = None  # the translator and its threads go
 
 
 if __name__ == "__main__":

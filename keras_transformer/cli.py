@@ -1,5 +1,5 @@
 """Command line: `python -m keras_transformer {demo,train,chat,translate,export,
-saved-model-cli,pretrain,classify}`.
+serve,saved-model-cli,pretrain,classify}`.
 
 - `demo`: train on the built-in English -> Korean corpus, score the held-out
   test split, print samples, write plots, end with one JSON line.
@@ -8,6 +8,8 @@ saved-model-cli,pretrain,classify}`.
   otherwise exactly one answer line per input line on stdout).
 - `translate`: one output line per TEXT argument.
 - `export`: a string-in, string-out SavedModel of a model directory.
+- `serve`: a model directory or SavedModel over HTTP (OpenAI-compatible API,
+  micro-batching, a chat page; `keras_transformer.serving.server`).
 - `saved-model-cli`: `show` and `run` for exported models, with the
   tensorflow-text ops registered (the stock `saved_model_cli run` cannot).
 - `pretrain`: BERT's masked language model on a text file or chatbot CSV.
@@ -36,6 +38,7 @@ import traceback
 
 from keras_transformer.errors import InputError
 from keras_transformer.recipes.config import ClassifyConfig, PretrainConfig, TrainConfig
+from keras_transformer.serving import QUANTIZATIONS
 
 # How `chat` decodes unless told otherwise: the best on ChatbotData's
 # validation split (benchmarks/RESULTS.md).
@@ -236,6 +239,11 @@ def translate(args):
 def export(args):
     from keras_transformer.serving.export import EXPORTED_OPTIONS, export_saved_model
 
+    if args.format == "ctranslate2":
+        from keras_transformer.serving.ctranslate2 import export_ctranslate2
+
+        print(export_ctranslate2(_load_translator(args.model), args.out, args.quantization))
+        return 0
     if args.method == "sample":
         raise InputError("export: a SavedModel decodes with greedy, beam or mmi, not sample")
     options = {name: value for name, value in _generate_options(args).items()
@@ -243,6 +251,31 @@ def export(args):
     translator = _load_translator(args.model)
     print(export_saved_model(translator.model, translator.source_tokenizer,
                              translator.target_tokenizer, args.out, **options))
+    return 0
+
+
+def serve(args):
+    try:
+        import uvicorn
+
+        from keras_transformer.serving.server import Server, create_app
+    except ImportError as error:
+        raise InputError(f"serve needs FastAPI and uvicorn ({error.name} is missing): pip "
+                         "install 'keras-transformer-kr[serve]'") from None
+    from keras_transformer.serving.engines import load_engine
+
+    if not os.path.isdir(args.model):
+        raise InputError(f"serve: --model {args.model!r} is not a directory")
+    for name in ("max_batch_size", "max_queue"):
+        if getattr(args, name) < 1:
+            raise InputError(f"serve: --{name.replace('_', '-')} must be at least 1")
+    options = _generate_options(args)
+    server = Server(lambda: load_engine(args.model, options, args.max_batch_size,
+                                        warm_up=not args.no_warm_up),
+                    args.max_batch_size, args.max_wait_ms, args.max_queue, args.timeout)
+    print(f"Serving {args.model} on http://{args.host}:{args.port}/ (the chat page; the "
+          "OpenAI-compatible API under /v1)", file=sys.stderr)
+    uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning")
     return 0
 
 
@@ -388,9 +421,42 @@ def _model_commands(commands):
         if name == "translate":
             command.add_argument("text", nargs="+", metavar="TEXT")
         if name == "export":
-            command.add_argument("--out", required=True, help="SavedModel directory (replaced)")
+            command.add_argument("--out", required=True, help="output directory (replaced)")
+            command.add_argument("--format", choices=("savedmodel", "ctranslate2"),
+                                 default="savedmodel",
+                                 help="a TensorFlow SavedModel (decodes as the decoding "
+                                 "flags say), or a CTranslate2 model with our tokenizers "
+                                 "(greedy or beam chosen per call; pip install ctranslate2) "
+                                 "(default: %(default)s)")
+            command.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
+                                 help="ctranslate2: how the weights are stored "
+                                 "(default: %(default)s)")
         _decoding_flags(command, method)
         command.set_defaults(run=run)
+
+    serve_parser = commands.add_parser(
+        "serve", help="serve a model over HTTP: OpenAI-compatible API and a chat page",
+        description="Serve a model directory (written by train), an exported SavedModel or a "
+        "CTranslate2 export over HTTP: POST /v1/chat/completions, /v1/completions and "
+        "/v1/translate, GET /v1/models and /health, and a chat page at /. Needs the serve "
+        "extra: pip install 'keras-transformer-kr[serve]'.")
+    serve_parser.add_argument("--model", required=True, help="directory written by train, "
+                              "a SavedModel or a CTranslate2 export")
+    for flag, kind, default, help_text in (
+        ("--host", str, "127.0.0.1", "the address to listen on"),
+        ("--port", int, 8000, "the port"),
+        ("--max-batch-size", int, 64, "most texts decoded in one call; 1 turns batching off"),
+        ("--max-wait-ms", float, 5.0, "how long a request waits for others to batch with"),
+        ("--max-queue", int, 1024, "most texts waiting; beyond, 503 with Retry-After"),
+        ("--timeout", float, 60.0, "seconds a request may wait and decode, then 504"),
+    ):
+        serve_parser.add_argument(flag, type=kind, default=default,
+                                  help=help_text + " (default: %(default)s)")
+    serve_parser.add_argument("--no-warm-up", action="store_true",
+                              help="answer at once instead of compiling the decoding for "
+                              "every batch size first (/health is 503 until then)")
+    _decoding_flags(serve_parser, CHAT_METHOD)
+    serve_parser.set_defaults(run=serve)
 
     cli_parser = commands.add_parser(
         "saved-model-cli", help="show or run an exported SavedModel (tensorflow-text ops "

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import train_small
 
-from keras_transformer import Translator, cli, export_saved_model, train
-from keras_transformer.data import english_korean_corpus
+from keras_transformer import Translator, cli, export_saved_model
 
 INPUTS = [
     "Minsu read a book in the library yesterday.",
@@ -55,12 +55,8 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    corpus = english_korean_corpus(train_size=400, valid_size=16, test_size=0, seed=2)
     out = tmp_path_factory.mktemp("trained")
-    result = train(corpus["train"], str(out), corpus["valid"], tokenizer="wordpiece",
-                   vocab_size=300, num_layers=1, d_model=32, num_heads=2, dff=64,
-                   max_length=16, epochs=3, verbose=0)
-    return out, result.translator
+    return out, train_small(out)[0].translator
 
 
 @pytest.fixture(scope="module")

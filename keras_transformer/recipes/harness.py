@@ -135,7 +135,13 @@ class ModelDirectory:
         os.makedirs(self.directory, exist_ok=True)
         with atomic_path(self.path(MODEL_FILE)) as temporary:
             model.save(temporary)
-        config = {"format_version": FORMAT_VERSION, "model": MODEL_FILE}
+        self.save_tokenizers(tokenizers, model=MODEL_FILE, **entries)
+
+    def save_tokenizers(self, tokenizers, **entries):
+        """Write the tokenizers' vocabularies and `config.json` (no model: a
+        model kept in another format, as the CTranslate2 export's)."""
+        os.makedirs(self.directory, exist_ok=True)
+        config = {"format_version": FORMAT_VERSION}
         for key, (tokenizer, file_name) in tokenizers.items():
             tokenizer.save_vocabulary(self.path(file_name))
             config[key] = dict(tokenizer.get_config(), vocabulary=file_name)
@@ -168,6 +174,21 @@ class ModelDirectory:
         Raises:
             InputError: naming the file, for a missing, damaged or foreign file.
         """
+        loaded, config = self.load_tokenizers(tokenizers)
+        model_path = self.path(str(config.get("model", MODEL_FILE)))
+        if not os.path.isfile(model_path):
+            raise InputError(f"{model_path}: no such file")
+        # safe_mode: a `.keras` file holding Python code (a `Lambda`) is
+        # refused, not run.
+        with user_errors(model_path, "cannot load the model"):
+            model = keras.saving.load_model(model_path, safe_mode=True)
+        if not isinstance(model, model_class):
+            raise InputError(f"{model_path}: holds a {type(model).__name__}, not the "
+                             f"{model_class.__name__} of a {self.kind}")
+        return model, loaded, config
+
+    def load_tokenizers(self, tokenizers):
+        """`({key: tokenizer}, config)`; `tokenizers` as `load`'s."""
         config = self.read_config()
         config_path = self.path(CONFIG_FILE)
         loaded = {}
@@ -185,17 +206,7 @@ class ModelDirectory:
             if not os.path.isfile(vocabulary):
                 raise InputError(f"{vocabulary}: no such file")
             loaded[key] = tokenizer_from_config(options, load_vocabulary(vocabulary))
-        model_path = self.path(str(config.get("model", MODEL_FILE)))
-        if not os.path.isfile(model_path):
-            raise InputError(f"{model_path}: no such file")
-        # safe_mode: a `.keras` file holding Python code (a `Lambda`) is
-        # refused, not run.
-        with user_errors(model_path, "cannot load the model"):
-            model = keras.saving.load_model(model_path, safe_mode=True)
-        if not isinstance(model, model_class):
-            raise InputError(f"{model_path}: holds a {type(model).__name__}, not the "
-                             f"{model_class.__name__} of a {self.kind}")
-        return model, loaded, config
+        return loaded, config
 
 
 class TrainingRun:

@@ -24,6 +24,29 @@ TARGET_VOCAB_FILE = "target_vocab.txt"
 KIND = "translator"
 
 
+def compiled_detokenize(tokenizer):
+    """`tokenizer.detokenize` of int32 `(N, n)` ids as one compiled call."""
+    return tf.function(tokenizer.detokenize,
+                       input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
+
+
+def compiled_lengths(tokenizer):
+    """Strings `(N,)` -> their numbers of tokens, as one compiled call."""
+    return tf.function(lambda strings: tokenizer.tokenize(strings).row_lengths(),
+                       input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+
+
+def detokenized(detokenize, ids):
+    """Output ids `(B, n)` or `(B, R, n)` -> strings through `detokenize` (int32
+    `(N, n)` -> string tensor `(N,)`): a list, or a list of R-string lists."""
+    ids = np.asarray(ids)
+    flat = ids.reshape(-1, ids.shape[-1]) if ids.size else np.zeros((0, 0), np.int32)
+    strings = [text.decode("utf-8") for text in detokenize(flat).numpy()]
+    if ids.ndim == 3:
+        return [strings[i : i + ids.shape[1]] for i in range(0, len(strings), ids.shape[1])]
+    return strings
+
+
 class Translator:
     """Text -> text with a `Transformer` and its source and target tokenizers.
 
@@ -84,10 +107,8 @@ class Translator:
             lambda strings: padded_sources(strings, source_tokenizer, self.max_length),
             input_signature=[tf.TensorSpec([None], tf.string)], autograph=False,
         )
-        self._detokenize = tf.function(
-            target_tokenizer.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)],
-            autograph=False,
-        )
+        self._detokenize = compiled_detokenize(target_tokenizer)
+        self._source_lengths = compiled_lengths(source_tokenizer)
 
     @property
     def max_length(self):
@@ -98,8 +119,13 @@ class Translator:
         """Strings -> int32 ids `(B, max_length)`, cut to `max_length` and padded."""
         return self._encode(tf.constant(list(texts), dtype=tf.string))
 
+    def source_lengths(self, texts):
+        """The number of tokens of each text before it is cut to `max_length`."""
+        return self._source_lengths(tf.constant(list(texts), tf.string))
+
     def generate_ids(self, texts, batch_size=64, verbose=0, **generate_kwargs):
-        """Strings -> int32 output ids `(B, n)` from `Transformer.generate`.
+        """Strings -> int32 output ids `(B, n)` from `Transformer.generate`
+        (`(B, R, n)` with `num_return_sequences` R > 1).
 
         Every batch has the same shape (`min(batch_size, len(texts))` rows,
         `max_length` columns), so the decoding loop is traced once.
@@ -116,9 +142,14 @@ class Translator:
             tokens = self.model.generate(ids, **generate_kwargs)[: len(batch)]
             outputs.append(tokens.numpy())
             progress.update(start + len(batch))
-        width = max((out.shape[1] for out in outputs), default=0)
-        rows = [np.pad(out, [(0, 0), (0, width - out.shape[1])]) for out in outputs]
+        width = max((out.shape[-1] for out in outputs), default=0)
+        rows = [np.pad(out, [(0, 0)] * (out.ndim - 1) + [(0, width - out.shape[-1])])
+                for out in outputs]
         return np.concatenate(rows) if rows else np.zeros((0, 0), np.int32)
+
+    def detokenize(self, ids):
+        """Output ids `(B, n)` or `(B, R, n)` -> strings: a list, or a list of lists."""
+        return detokenized(self._detokenize, ids)
 
     def translate(self, texts, batch_size=64, verbose=0, **generate_kwargs):
         """Strings -> output strings, in order.
@@ -131,16 +162,17 @@ class Translator:
                 `beam_size`, `temperature`, ...).
 
         Returns:
-            list of str (a str for a str input). A source longer than
-            `max_length` tokens is cut to its first `max_length` tokens.
+            list of str (a str for a str input); with `num_return_sequences`
+            R > 1, a list of R strings, best first, for each text. A source
+            longer than `max_length` tokens is cut to its first `max_length`
+            tokens.
         """
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
         if not texts:
             return []
-        ids = self.generate_ids(texts, batch_size=batch_size, verbose=verbose,
-                                **generate_kwargs)
-        strings = [text.decode("utf-8") for text in self._detokenize(ids).numpy()]
+        strings = self.detokenize(self.generate_ids(texts, batch_size=batch_size,
+                                                    verbose=verbose, **generate_kwargs))
         return strings[0] if single else strings
 
     def attention(self, text, layer=-1):
