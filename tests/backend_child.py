@@ -25,13 +25,9 @@ import mask_checks
 import numpy as np
 
 import keras_transformer as kt
-from keras_transformer import _backend
 
 KARGS = {"num_layers": 2, "d_model": 32, "num_heads": 4, "dff": 64, "input_vocab_size": 16,
          "target_vocab_size": 16, "maximum_position_encoding": 10, "rate": 0.1}
-# Rows for `_backend.argmax`: ties (the first wins), all negative, -0.0 before +0.0.
-ARGMAX_ROWS = np.array([[1.0, 3.0, 3.0, -2.0], [-5.0, -1.0, -3.0, -1.0], [-1.0, -0.0, 0.0, -2.0]],
-                       "float32")
 LEGACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "legacy")
 
 
@@ -115,9 +111,6 @@ def main(out_dir):
     facts["bfloat16_logits_dtype"] = keras.backend.standardize_dtype(half_logits.dtype)
     facts["bfloat16_logits_finite"] = bool(np.isfinite(numpy(half_logits)).all())
     facts["bfloat16_generate_shape"] = list(half.generate(padded).shape)
-
-    ids = _backend.argmax(keras.ops.convert_to_tensor(ARGMAX_ROWS))
-    facts["argmax"] = [keras.backend.standardize_dtype(ids.dtype), numpy(ids).tolist()]
 
     facts["mask_differences"] = mask_checks.mask_differences()
     facts["half_precision_finite"] = mask_checks.half_precision_finite()

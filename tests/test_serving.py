@@ -10,13 +10,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
 import httpx
 import pytest
 from helpers import _free_port, train_small
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 openai = pytest.importorskip("openai")
@@ -46,8 +47,10 @@ class EchoEngine:
     def answer(self, texts, request):
         self.calls.append((len(texts), request))
         time.sleep(self.delay)
+        if "boom" in texts:
+            raise RuntimeError("a bug")
         n = request.get("n", 1)
-        limit = request.get("max_length", self.max_length) - 1
+        limit = request.get("max_tokens", self.max_length - 1)
         results = []
         for text in texts:
             words = text.split()[::-1]
@@ -181,6 +184,31 @@ def test_bad_requests_get_a_4xx_in_openais_shape(echo, body, status, named):
         client(url).chat.completions.create(model="echo", messages=[], n=2)
 
 
+def test_edge_requests_get_a_4xx_and_a_bug_a_500_in_openais_shape(echo):
+    url, _ = echo
+    sampled = httpx.post(url + "/v1/translate", json={"texts": ["x y"], "temperature": 1})
+    assert sampled.json() == {"translations": ["y x"]}
+    cases = [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": 5}, {"type": "image_url"}]}]}, 400, "empty"),
+        ("/v1/completions", b'{"prompt": "\\ud800"}', 400, "Unicode"),
+        ("/v1/completions", {"prompt": "x", "seed": 2**40}, 400, "seed"),
+        ("/v1/completions", {"prompt": "x", "n": 16, "temperature": 1}, 200, ""),
+        ("/v1/completions", {"prompt": "boom"}, 500, "a bug"),
+    ]
+    for path, body, status, named in cases:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = httpx.post(url + path, content=content,
+                              headers={"content-type": "application/json"})
+        assert response.status_code == status, (body, response.text)
+        if status != 200:
+            assert named in response.json()["error"]["message"], response.text
+    chunked = httpx.post(url + "/v1/completions", content=iter([b'{"prompt": "x"}']),
+                         headers={"content-type": "application/json"})
+    assert chunked.status_code == 411
+
+
+@settings(max_examples=60)  # three requests each, over loopback
 @given(st.one_of(st.binary(max_size=200),
                  st.recursive(st.none() | st.booleans() | st.integers() | st.floats()
                               | st.text(max_size=20),
@@ -335,6 +363,12 @@ def test_a_trained_model_answers_as_its_translator(chatbot):
         sampled = [api.completions.create(model=engine.name, prompt=questions[1],
                                           temperature=1.0, seed=7, n=2) for _ in range(2)]
         assert [c.text for c in sampled[0].choices] == [c.text for c in sampled[1].choices]
+        short = api.completions.create(model=engine.name, prompt=questions[:4], max_tokens=1)
+        assert short.usage.completion_tokens <= 4
+        for choice, full in zip(short.choices, translator.translate(questions[:4],
+                                                                    method="mmi")):
+            assert full.startswith(choice.text)
+            assert choice.finish_reason == ("stop" if choice.text == full else "length")
         long = api.completions.create(model=engine.name, prompt=" ".join(["the cat"] * 20))
         assert "cut" in long.model_extra["warnings"][0]
         assert long.usage.prompt_tokens == translator.max_length
@@ -399,8 +433,9 @@ def test_the_serve_command_starts_and_answers(chatbot):
     directory, translator, questions = chatbot
     port = _free_port()
     process = subprocess.Popen(
-        ["python", "-m", "keras_transformer", "serve", "--model", directory, "--port",
-         str(port), "--method", "greedy"], stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "keras_transformer", "serve", "--model", directory, "--port",
+         str(port), "--method", "greedy", "--max-batch-size", "2"],
+        stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(1200):
@@ -437,8 +472,8 @@ def random_translator(**options):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [
-    {}, {"norm_first": True, "activation": "gelu"},
-    {"position_encoding": "learned", "share_embeddings": True},
+    {}, {"norm_first": True, "activation": "gelu", "position_encoding": "learned",
+         "share_embeddings": True},
 ])
 def test_a_ctranslate2_export_decodes_our_tokens(options, tmp_path):
     pytest.importorskip("ctranslate2")

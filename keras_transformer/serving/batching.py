@@ -45,7 +45,7 @@ class MicroBatcher:
 
     async def submit(self, key, texts):
         """The results for `texts`, decoded in some batch with others of `key`."""
-        if self.worker is None:
+        if self.worker is None or self.worker.done():
             self.arrived = asyncio.Event()
             self.worker = asyncio.get_running_loop().create_task(self._work())
         if self.size + len(texts) > self.max_queue:

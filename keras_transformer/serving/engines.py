@@ -2,8 +2,9 @@
 
     engine.answer(texts, options) -> one `Result` per text
 
-`options` are `GenerateConfig` fields (`method`, `max_length`, `temperature`,
-`top_p`, `seed`, ...) plus `n`, the number of answers per text. An engine
+`options` are `GenerateConfig` fields (`method`, `temperature`, `top_p`,
+`seed`, ...) plus `n`, the number of answers per text, and `max_tokens`, the
+longest answer (cut after decoding). An engine
 raises `InputError` (a `ValueError`) for an option it cannot honour; the
 server turns that into a 400. Two engines: a translator directory (what
 `train` writes: the model and its tokenizers, every decoding method) and an
@@ -26,7 +27,8 @@ MAX_ANSWERS = 16
 @dataclasses.dataclass(frozen=True)
 class Answer:
     """One answer: its text, its number of tokens (`<END>` not counted), and
-    `"stop"` when it ended with `<END>` or `"length"` when cut at `max_length`."""
+    `"stop"` when it ended with `<END>` or `"length"` when cut (`max_tokens`,
+    or the model's longest output)."""
 
     text: str
     tokens: int
@@ -52,9 +54,21 @@ def answer_of(text, ids, end_id, pad_id):
 
 
 def _bucket(rows, largest):
-    """The batch size to decode `rows` texts with: the next power of two, so that
-    the decoding loop is compiled for a few shapes only, at most `largest`."""
-    return min(1 << max(rows - 1, 0).bit_length(), max(largest, rows))
+    """The batch size to decode `rows` texts with: the next power of two, at
+    most `largest` (more rows go in several batches of it), so that the
+    decoding loop is compiled for a few shapes only."""
+    return min(1 << max(rows - 1, 0).bit_length(), largest)
+
+
+def cut(ids, limit, pad_id):
+    """Output ids `(..., L)` cut to their first `limit` tokens (`None`: as they
+    are): an answer whose `<END>` came later loses it, and reads as cut. The
+    loop decodes to the model's full length, compiled once, whatever the limit."""
+    if limit is None:
+        return ids
+    ids = np.array(ids)
+    ids[..., limit:] = pad_id
+    return ids
 
 
 class TranslatorEngine:
@@ -78,8 +92,10 @@ class TranslatorEngine:
         self.pad_id = translator.target_tokenizer.pad_id
 
     def options(self, request):
-        """`request`'s decoding options over the defaults, checked as `generate` checks them."""
-        options = {**self.defaults, **request}
+        """`request`'s decoding options over the defaults, checked as `generate`
+        checks them: `(options for generate, n)` (`max_tokens` is the server's)."""
+        options = {"method": "greedy", **self.defaults, **request}
+        options.pop("max_tokens", None)
         n = options.pop("n", 1)
         if options["method"] in BEAM_METHODS:
             options["beam_size"] = max(options.get("beam_size", 4), n)
@@ -114,7 +130,7 @@ class TranslatorEngine:
             ids = ids.reshape(len(texts), -1, ids.shape[-1])
             if not sampling:
                 ids = np.repeat(ids, n, axis=1)  # greedy: n equal answers
-        return self.results(texts, ids)
+        return self.results(texts, cut(ids, request.get("max_tokens"), self.pad_id))
 
     def results(self, texts, ids):
         """The `Result`s of `texts` from their output ids `(texts, answers, L)`."""
@@ -130,7 +146,8 @@ class TranslatorEngine:
 
 class SavedModelEngine:
     """An exported SavedModel (`keras-transformer export`): the decoding its
-    export fixed, for any request that does not ask for another.
+    export fixed, for any request that does not sample; its signature returns
+    text, so `max_tokens` is not applied and `usage` counts no prompt tokens.
 
     Args:
         path: str. The SavedModel directory.
@@ -144,7 +161,6 @@ class SavedModelEngine:
 
         self.module = tf.saved_model.load(path)
         self.name = name
-        self.max_length = None  # fixed at export: a request's max_tokens is not applied
         with open(os.path.join(path, "assets", "target_vocab.txt"), encoding="utf-8") as f:
             vocabulary = f.read().splitlines()
         self.end_id = vocabulary.index(SPECIAL_TOKENS[END])
@@ -183,8 +199,8 @@ class CTranslate2Engine(TranslatorEngine):
     """
 
     def options(self, request):
-        options = {**self.defaults, **request}
-        if options.get("method") == "mmi":  # serve's default: MMI's rerank is not exported
+        options = {"method": "greedy", **self.defaults, **request}
+        if options["method"] == "mmi":  # serve's default: MMI's rerank is not exported
             options["method"] = "beam"
         if options["method"] not in ("greedy", "beam"):
             raise InputError(
@@ -193,7 +209,7 @@ class CTranslate2Engine(TranslatorEngine):
                 f"Received: method={options['method']!r}"
             )
         n = options.pop("n", 1)
-        options = {key: options[key] for key in ("method", "beam_size", "max_length")
+        options = {key: options[key] for key in ("method", "beam_size", "length_penalty")
                    if key in options}
         options["num_return_sequences"] = n if options["method"] == "beam" else 1
         options["beam_size"] = max(options.get("beam_size", 4), n)
@@ -204,7 +220,7 @@ class CTranslate2Engine(TranslatorEngine):
         ids = self.translator.generate_ids(texts, **options)
         if ids.ndim == 2:  # greedy: n equal answers
             ids = np.repeat(ids[:, None], n, axis=1)
-        return self.results(texts, ids)
+        return self.results(texts, cut(ids, request.get("max_tokens"), self.pad_id))
 
 
 def load_engine(path, defaults=None, max_batch_size=64, warm_up=False):

@@ -10,20 +10,21 @@ micro-batching and a chat page, on FastAPI (`pip install
     GET  /                      the chat page (static files shipped in the package)
 
 Decoding: `temperature > 0` samples (with `top_p` and `seed`); otherwise the
-server's method (`--method`, MMI beam search by default, as `chat`), or the
-request's `method` (this server's own field: greedy, beam, mmi, sample).
-`max_tokens` is clamped to the model's longest output. `stream: true` answers
-with server-sent events, one chunk per answer: the decoding loop is one
-compiled call that returns every token at once, so no method streams token by
-token. Every error is a 4xx (503 when the queue is full, 504 after
-`--timeout`) in OpenAI's shape, `{"error": {"message", "type", "param",
-"code"}}`. The server keeps no state between requests.
+request's `method` (this server's own field: greedy, beam, mmi, sample), or
+the server's (`--method`, MMI beam search by default, as `chat`). Answers are
+decoded to the model's longest output and cut to `max_tokens`. `stream: true`
+answers with server-sent events, one chunk per answer: the decoding loop is
+one compiled call that returns every token at once, so no method streams
+token by token. Every error is in OpenAI's shape, `{"error": {"message",
+"type", "param", "code"}}`: a 4xx for a bad request, 503 when the queue is
+full, 504 after `--timeout`, 500 for a bug of ours. The server keeps no state
+between requests.
 """
 
 import asyncio
 import contextlib
 import json
-import random
+import logging
 import threading
 import time
 import uuid
@@ -62,7 +63,7 @@ class Decoding(Strict):
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, gt=0, le=1)
     n: int = Field(1, ge=1, le=MAX_ANSWERS)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, lt=2**31)
     stream: bool = False
     method: Optional[Literal[METHODS]] = None
     # Accepted as OpenAI clients send them, and without effect:
@@ -88,19 +89,20 @@ class TranslateRequest(Strict):
     texts: list[str] = Field(min_length=1, max_length=MAX_TEXTS)
     method: Optional[Literal[METHODS]] = None
     temperature: Optional[float] = Field(None, ge=0, le=2)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, lt=2**31)
 
 
 def error_response(status, message, param=None, kind="invalid_request_error", headers=None):
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
 def message_text(message):
     """A message's text: its string content, or the text parts of a list."""
     if isinstance(message.content, list):
-        return "".join(part.get("text", "") for part in message.content
-                       if isinstance(part, dict) and part.get("type") == "text")
+        return "".join(part["text"] for part in message.content
+                       if isinstance(part, dict) and part.get("type") == "text"
+                       and isinstance(part.get("text"), str))
     return message.content or ""
 
 
@@ -134,33 +136,42 @@ class Server:
     def options(self, body):
         """A request's decoding options, as a hashable key for the batcher."""
         options = {}
-        if body.temperature:
-            options.update(method="sample", temperature=body.temperature)
-            if body.top_p is not None:
+        if body.temperature or body.method == "sample":
+            options.update(method="sample", temperature=body.temperature or 1.0)
+            if getattr(body, "top_p", None) is not None:
                 options["top_p"] = body.top_p
-            # A seeded draw depends on the batch it is drawn in: decoded alone.
-            options["seed"] = (body.seed if body.seed is not None
-                               else random.randrange(2**31))
             if body.seed is not None:
-                options["request"] = uuid.uuid4().hex
+                # A seeded draw depends on the batch it is drawn in: decoded alone.
+                options.update(seed=body.seed, request=uuid.uuid4().hex)
         elif body.method:
             options["method"] = body.method
+        # Decoded to the model's full length (compiled once) and cut after.
         limit = getattr(body, "max_completion_tokens", None) or getattr(body, "max_tokens", None)
-        if limit and self.engine.max_length:
-            options["max_length"] = min(limit + 1, self.engine.max_length)  # + <END>
+        if limit:
+            options["max_tokens"] = limit
         options["n"] = getattr(body, "n", 1)
         return tuple(sorted(options.items()))
 
     async def answer(self, texts, key):
         """The engine's results for `texts`, through the batcher."""
-        engine_key = tuple(item for item in key if item[0] != "request")
-        self.engine.options(dict(engine_key))  # a bad option fails before the queue
+        for text in texts:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InputError("Received an invalid text: it is not valid Unicode (a lone "
+                                 "surrogate such as \\ud800).") from None
+        options = {name: value for name, value in key if name != "request"}
+        if len(texts) * options["n"] > self.batcher.max_queue:
+            raise InputError(f"Received too many answers to give at once: {len(texts)} texts "
+                             f"x n={options['n']} is over the server's --max-queue "
+                             f"({self.batcher.max_queue}).")
+        self.engine.options(options)  # a bad option fails before the queue
         return await asyncio.wait_for(self.batcher.submit(key, texts), self.timeout)
 
 
 class Guard:
-    """ASGI middleware: 413 for a body over `MAX_BODY_BYTES` (by its
-    Content-Length), 503 for a request to the API before the model is ready.
+    """ASGI middleware: 411 for a body without a Content-Length, 413 for one
+    over `MAX_BODY_BYTES`, 503 for a request to the API before the model is ready.
     (Plain ASGI: Starlette's `BaseHTTPMiddleware` cost a third of the
     server's throughput under load.)"""
 
@@ -177,6 +188,8 @@ class Guard:
 
     def refusal(self, scope):
         length = dict(scope["headers"]).get(b"content-length", b"")
+        if scope["method"] == "POST" and not length.isdigit():
+            return error_response(411, "a request body needs a Content-Length header")
         if length.isdigit() and int(length) > MAX_BODY_BYTES:
             return error_response(413, f"the body is over {MAX_BODY_BYTES} bytes")
         if scope["path"].startswith("/v1/") and scope["method"] == "POST":
@@ -209,9 +222,16 @@ def create_app(server):
         return error_response(503, f"the server is busy: {error}", kind="server_error",
                               headers={"Retry-After": "1"})
 
-    @app.exception_handler(TimeoutError)
+    @app.exception_handler(asyncio.TimeoutError)  # the built-in TimeoutError from 3.11
     async def too_slow(request, error):
         return error_response(504, f"no answer within {server.timeout} s", kind="server_error")
+
+    @app.exception_handler(Exception)
+    async def bug(request, error):
+        logging.getLogger("keras_transformer.serving").error(
+            "error answering %s", request.url.path, exc_info=error)
+        return error_response(500, f"the server failed: {type(error).__name__}: {error}",
+                              kind="server_error")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, error):
