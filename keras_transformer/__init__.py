@@ -68,11 +68,17 @@ _APPLICATION = {
     "pretrain": "keras_transformer.recipes.classify",
     "fine_tune": "keras_transformer.recipes.classify",
     "TextClassifier": "keras_transformer.recipes.classify",
+    "classification_metrics": "keras_transformer.recipes.classify",
+    "split_pairs": "keras_transformer.recipes.harness",
+    "translation_metrics": "keras_transformer.recipes.seq2seq",
+    "TimeBudget": "keras_transformer.recipes.callbacks",
 }
+# The application's subpackages, `kt.data.load_chatbot_data` and `kt.text.WordTokenizer`.
+_SUBPACKAGES = ("data", "text")
 
 
 def __getattr__(name):
-    if name in _APPLICATION:
+    if name in _APPLICATION or name in _SUBPACKAGES:
         backend = keras.backend.backend()
         if backend != "tensorflow":
             raise ImportError(
@@ -82,14 +88,17 @@ def __getattr__(name):
                 "KERAS_BACKEND=tensorflow before importing Keras, or use the core (the "
                 "layers, Transformer, fit, generate), which runs on every backend."
             )
-        value = getattr(importlib.import_module(_APPLICATION[name]), name)
+        if name in _SUBPACKAGES:
+            value = importlib.import_module(f"keras_transformer.{name}")
+        else:
+            value = getattr(importlib.import_module(_APPLICATION[name]), name)
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_APPLICATION))
+    return sorted(set(globals()) | set(_APPLICATION) | set(_SUBPACKAGES))
 
 
 __all__ = [
@@ -107,11 +116,13 @@ __all__ = [
     "PretrainConfig",
     "SequenceClassifier",
     "TextClassifier",
+    "TimeBudget",
     "TrainResult",
     "TrainConfig",
     "Transformer",
     "Translator",
     "bert_encoder",
+    "classification_metrics",
     "create_look_ahead_mask",
     "create_masks",
     "create_padding_mask",
@@ -125,5 +136,7 @@ __all__ = [
     "positional_encoding",
     "pretrain",
     "scaled_dot_product_attention",
+    "split_pairs",
     "train",
+    "translation_metrics",
 ]

@@ -200,6 +200,10 @@ def test_load_chatbot_data_downloads_once_and_verifies_the_checksum(tmp_path, mo
     remote.write_bytes(b"Q,A,label\r\ntampered,file,0\r\n")
     with pytest.raises(ValueError, match="hash"):
         load_chatbot_data(cache_dir=str(tmp_path / "fresh"))
+    # Offline (here: nothing at the address) is an OSError a notebook falls back on.
+    remote.unlink()
+    with pytest.raises(ConnectionError, match="sample=True"):
+        load_chatbot_data(cache_dir=str(tmp_path / "offline"))
 
 
 def test_load_chatbot_data_reads_a_local_copy_and_the_shipped_sample(tmp_path):

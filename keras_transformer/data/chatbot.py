@@ -22,7 +22,7 @@ CHATBOT_DATA_FILE = "ChatbotData.csv"
 SAMPLE_FILE = os.path.join(os.path.dirname(__file__), "chatbot_sample.csv")
 
 
-def load_chatbot_data(path=None, sample=False, cache_dir=None):
+def load_chatbot_data(path=None, sample=False, cache_dir=None, columns=("Q", "A")):
     """ChatbotData as `(question, answer)` pairs: downloaded, local or the sample.
 
     Args:
@@ -32,11 +32,16 @@ def load_chatbot_data(path=None, sample=False, cache_dir=None):
             Defaults to `False`.
         cache_dir: str. Where the download is kept, as in
             `keras.utils.get_file` (`~/.keras/datasets` by default).
+        columns: pair of str. The two columns to read: `("Q", "label")` gives
+            `(question, topic)` pairs, the topic `"0"` everyday, `"1"` breakup,
+            `"2"` love. Defaults to `("Q", "A")`.
 
     Returns:
-        list of `(question, answer)` str pairs, in file order.
+        list of str pairs of the two columns, in file order.
 
     Raises:
+        ConnectionError: the download failed (offline, or the address did not
+            answer); an `OSError`, so `except OSError` falls back to `sample=True`.
         ValueError: the downloaded file does not match the known SHA-256
             (`keras.utils.get_file`), or a file is malformed (naming file and
             line).
@@ -45,6 +50,8 @@ def load_chatbot_data(path=None, sample=False, cache_dir=None):
     >>> pairs = load_chatbot_data(sample=True)
     >>> len(pairs), all(question and answer for question, answer in pairs)
     (1000, True)
+    >>> sorted({label for _, label in load_chatbot_data(sample=True, columns=("Q", "label"))})
+    ['0', '1', '2']
     """
     if sample:
         path = SAMPLE_FILE
@@ -53,11 +60,20 @@ def load_chatbot_data(path=None, sample=False, cache_dir=None):
 
         if cache_dir is not None:  # Keras falls back to /tmp when it does not exist
             os.makedirs(cache_dir, exist_ok=True)
-        path = keras.utils.get_file(
-            CHATBOT_DATA_FILE,
-            CHATBOT_DATA_URL,
-            file_hash=CHATBOT_DATA_SHA256,
-            hash_algorithm="sha256",
-            cache_dir=cache_dir,
-        )
-    return load_chatbot_csv(path)
+        try:
+            path = keras.utils.get_file(
+                CHATBOT_DATA_FILE,
+                CHATBOT_DATA_URL,
+                file_hash=CHATBOT_DATA_SHA256,
+                hash_algorithm="sha256",
+                cache_dir=cache_dir,
+            )
+        except Exception as error:  # Keras wraps a network error in a bare Exception
+            if not isinstance(error.__context__, OSError):
+                raise
+            raise ConnectionError(
+                f"Could not download ChatbotData from {CHATBOT_DATA_URL}: {error}. Pass "
+                "`path=` for a local copy or `sample=True` for the 1,000 pairs shipped "
+                "with the package."
+            ) from error
+    return load_chatbot_csv(path, *columns)
