@@ -2,6 +2,7 @@
 
     python tools/store_notebooks.py              # all eight
     python tools/store_notebooks.py 01 05        # the ones whose names start so
+    python tools/store_notebooks.py 05 --chatbot-csv PATH   # 05 on a ChatbotData CSV
 
 Each notebook runs top to bottom in a fresh kernel from `notebooks/`, in the
 mode `MODES` names (full unless a full run takes over 10 minutes on 2 cores),
