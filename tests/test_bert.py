@@ -298,8 +298,8 @@ def test_pretraining_helps_where_labels_are_few(toy_language, tmp_path):
         predicted = result.classifier.predict([text for text, _ in test])
         return np.mean([p == label for p, (_, label) in zip(predicted, test)])
 
-    scratch = np.mean([accuracy(None, seed) for seed in range(2)])
-    pretrained = np.mean([accuracy(toy_language[0], seed) for seed in range(2)])
+    # One seed each: over seeds 0-3 from scratch scored 0.47-0.54, pretrained 0.995-1.0.
+    scratch, pretrained = accuracy(None, seed=0), accuracy(toy_language[0], seed=0)
     assert scratch < 0.65 and pretrained > scratch + 0.15
 
 

@@ -303,13 +303,13 @@ def test_products_kept_apart_from_the_bias_decode_the_same_tokens(
     expected = [[fresh_copy(model).generate(inp, method=method).numpy()
                  for method in ("greedy", "beam")] for model, inp in cases]
     # Every product of a traced batch-1 greedy step: 2 layers x 6 (self-attention's
-    # q, k and v joined in one), and the output.
+    # q, k and v joined in one), and the output; none in beam search or wider batches.
     assert len(kept_apart) == (3 * 13 if batch == 1 else 0)
+    if not kept_apart:  # nothing kept apart, nothing to undo
+        return
     monkeypatch.setattr(_backend, "apart_from_bias", lambda product: product)
-    for (model, inp), tokens in zip(cases, expected):
-        copy = fresh_copy(model)
-        for method, want in zip(("greedy", "beam"), tokens):
-            np.testing.assert_array_equal(copy.generate(inp, method=method).numpy(), want)
+    for (model, inp), (greedy, _) in zip(cases, expected):
+        np.testing.assert_array_equal(fresh_copy(model).generate(inp).numpy(), greedy)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -175,8 +176,10 @@ class AfterEpoch(keras.callbacks.Callback):
             self.action()
 
 
-def interrupted_run(out):
-    """A `train` run in `out` interrupted after its second epoch: its arguments."""
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A `train` run interrupted after its second epoch, and its arguments."""
+    out = tmp_path_factory.mktemp("interrupted") / "run"
     pairs = [(text, text) for text in TEXTS] * 8
     arguments = dict(SIZES, tokenizer="word", max_length=8, batch_size=8, verbose=0,
                      epochs=3, train_pairs=pairs, valid_pairs=pairs, out_dir=str(out))
@@ -186,7 +189,13 @@ def interrupted_run(out):
 
     with pytest.raises(KeyboardInterrupt):
         kt.train(**arguments, callbacks=[AfterEpoch(1, interrupt)])
-    return arguments
+    return out, arguments
+
+
+def interrupted_run(interrupted, out):
+    """A copy of the interrupted run in `out`: the arguments that resume it."""
+    shutil.copytree(interrupted[0], out)
+    return dict(interrupted[1], out_dir=str(out))
 
 
 @pytest.mark.slow
@@ -195,17 +204,17 @@ def interrupted_run(out):
     ("backup/state.json", '{"epoch": 1, "finished": false, "weights": 3, "seed_states": []}'),
     ("history.csv", "epoch,loss\n0,not a number\n"),
 ])
-def test_a_damaged_file_of_an_interrupted_run_is_named(name, content, tmp_path):
-    arguments = interrupted_run(tmp_path / "run")
+def test_a_damaged_file_of_an_interrupted_run_is_named(interrupted, name, content, tmp_path):
+    arguments = interrupted_run(interrupted, tmp_path / "run")
     (tmp_path / "run" / name).write_text(content, encoding="utf-8")
     with pytest.raises(InputError, match=re.escape(str(tmp_path / "run" / name))):
         kt.train(**arguments)
 
 
 @pytest.mark.slow
-def test_a_bug_of_ours_while_resuming_is_not_reported_as_a_damaged_backup(tmp_path,
+def test_a_bug_of_ours_while_resuming_is_not_reported_as_a_damaged_backup(interrupted, tmp_path,
                                                                          monkeypatch):
-    arguments = interrupted_run(tmp_path / "run")
+    arguments = interrupted_run(interrupted, tmp_path / "run")
     monkeypatch.setattr("keras_transformer._compat.seed_states", simulated_bug)
     with pytest.raises(RuntimeError, match="simulated bug"):
         kt.train(**arguments)

@@ -71,7 +71,8 @@ def test_mixed_precision_training_learns_the_reverse_task(policy):
     if policy == "mixed_float16":  # dynamic loss scaling, from compile
         assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     inp, dec_in, dec_out = reverse_task(3000)
-    model.fit([inp, dec_in], dec_out, batch_size=64, epochs=12, verbose=0)
+    # Six epochs: 0.98-0.99 held-out accuracy under either policy (2026-11-26).
+    model.fit([inp, dec_in], dec_out, batch_size=64, epochs=6, verbose=0)
     assert model.encoder.enc_layers[0].mha.compute_dtype == policy.split("_")[1]
     test_inp, test_dec_in, test_dec_out = reverse_task(256, seed=99)
     _, accuracy = model.evaluate([test_inp, test_dec_in], test_dec_out, verbose=0)
