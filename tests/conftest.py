@@ -1,6 +1,7 @@
 """The tests' fixtures and the property tests' settings (the helpers they share
 live in `helpers.py`)."""
 
+import fcntl
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -26,8 +27,20 @@ settings.load_profile("keras_transformer")
 
 
 @pytest.fixture(scope="session")
-def trained_model():
-    return fit_reverse(jit_compile=False)
+def trained_model(tmp_path_factory):
+    """`fit_reverse`'s model, trained once a run: under `pytest -n` the first
+    worker that asks trains and saves it, and the others load that file."""
+    run_dir = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_dir = run_dir.parent  # this run's directory, shared by its workers
+    path = run_dir / "trained_model.keras"
+    with open(run_dir / "trained_model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return keras.saving.load_model(path)
+        model = fit_reverse(jit_compile=False)
+        model.save(path)
+        return model
 
 
 @pytest.fixture

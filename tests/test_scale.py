@@ -86,7 +86,7 @@ def test_static_shapes_give_the_xla_train_step_one_shape(tmp_path, monkeypatch, 
     original = kt.Transformer.train_step
     monkeypatch.setattr(kt.Transformer, "train_step",
                         lambda self, data: traces.append(data) or original(self, data))
-    corpus = english_korean_corpus(train_size=128, valid_size=16, test_size=0, seed=4)
+    corpus = english_korean_corpus(train_size=64, valid_size=16, test_size=0, seed=4)
     result = train(corpus["train"], str(tmp_path), corpus["valid"], epochs=1,
                    jit_compile=True, static_shape=static_shape, **TINY)
     shapes = {tuple(batch[1].shape) for batch in traces}
