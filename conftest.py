@@ -15,29 +15,29 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-# The files that take longest, longest first (seconds of one worker in a whole
-# `-n 2 --dist loadfile` run on 2 cores, 2026-11-26, less what the later trims of
-# issue 41 took off). `pytest-xdist` hands each worker the next file in this order
-# (`pytest_configure` turns off its own reordering by number of tests, which put
-# files of a few long tests, such as test_scale.py, last), so the short files even
-# out the end.
+# The files that take longest, longest first (seconds of one worker in the clean-clone
+# `.ci/run` of 2026-11-26 on 2 cores, 17.8 minutes in all). `pytest-xdist` hands each
+# worker the next file in this order (`pytest_configure` turns off its own reordering
+# by number of tests, which put files of a few long tests, such as test_scale.py,
+# last), so the short files even out the end: that run's pytest took 978 s for
+# 1,919 s of tests.
 LONGEST_FIRST = (
-    "test_generation.py",  # 260
-    "test_scale.py",  # 230
-    "test_recipe.py",  # 220
-    "test_bert.py",  # 210
-    "test_backends.py",  # 160
-    "test_transformer.py",  # 130
-    "test_faults.py",  # 100
-    "test_serving.py",  # 90
-    "test_export.py",  # 80
-    "test_properties.py",  # 70
-    "03_build_transformer.ipynb",  # 65
-    "05_chatbot.ipynb",  # 60
-    "test_harness.py",  # 55
-    "06_savedmodel.ipynb",  # 50
+    "test_generation.py",  # 237
+    "test_recipe.py",  # 221
+    "test_bert.py",  # 176
+    "test_transformer.py",  # 171
+    "test_scale.py",  # 168
+    "test_backends.py",  # 142
+    "test_faults.py",  # 113
+    "test_serving.py",  # 109
+    "test_export.py",  # 92
+    "03_build_transformer.ipynb",  # 72
+    "05_chatbot.ipynb",  # 67
+    "06_savedmodel.ipynb",  # 62
+    "test_properties.py",  # 57
+    "07_bert_classification.ipynb",  # 54
     "04_train_translator.ipynb",  # 45
-    "07_bert_classification.ipynb",  # 45
+    "test_harness.py",  # 37
 )
 
 
