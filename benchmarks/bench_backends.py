@@ -136,7 +136,7 @@ def hub_model():
             cache = (ops.stack(self_caches, axis=1), cross_cache, encoder_output, encoder_mask)
             return self.output_layer(y), y, cache
 
-        def generate(self, source, sampler):
+        def generate(self, source, sampler, stop_token_ids=None):
             batch_size = ops.shape(source)[0]
             encoder_output = self.encode(source)
             prompt = ops.concatenate([ops.ones((batch_size, 1), "int32"),
@@ -156,9 +156,11 @@ def hub_model():
             # sampler's loop maps the model's variables to the compiled
             # function's inputs; without it the loop reads the variables
             # themselves, and `jax.jit` folds the weights in as constants.
+            # Without `stop_token_ids` the loop runs all its steps (a known
+            # number); with them it checks after each step whether every row ended.
             tokens = sampler(next, prompt, cache=cache, index=1,
                              mask=ops.not_equal(prompt, 0), hidden_states=hidden[:, 0],
-                             model=self)
+                             stop_token_ids=stop_token_ids, model=self)
             return tokens[:, 1:]
 
     return HubSeq2Seq()
@@ -186,8 +188,9 @@ def worker_train(impl, steps):
     return float(np.median(times[WARMUP:])) * 1e3
 
 
-def worker_decode(impl, weights, sentences, repeats):
-    """`{case: figure}, {case: tokens}` for one implementation."""
+def worker_decode(impl, weights, sentences, repeats, hub_stops=False):
+    """`{case: figure}, {case: tokens}` for one implementation; keras-hub's
+    loop stops at `<END>` with `hub_stops`, as ours does."""
     import keras
 
     if impl == "keras-hub":
@@ -203,7 +206,8 @@ def worker_decode(impl, weights, sentences, repeats):
         # keras-hub's generate runs eagerly on PyTorch.
         jit_compile = keras.backend.backend() != "torch"
         compiled = {method: _backend.compile_decoding(
-            model, lambda ids, s=sampler: model.generate(ids, s), jit_compile=jit_compile)
+            model, lambda ids, s=sampler: model.generate(ids, s, (2,) if hub_stops else None),
+            jit_compile=jit_compile)
             for method, sampler in samplers.items()}
 
         def decode(ids, method):

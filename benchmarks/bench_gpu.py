@@ -16,7 +16,8 @@ reference run of the tests) runs here, before and after:
     python benchmarks/bench_gpu.py correctness DIR OUT   # backend_child.py on JAX, PyTorch
     python benchmarks/bench_gpu.py mixed OUT             # fp32 / bf16 / fp16 training
     python benchmarks/bench_gpu.py train OUT             # ours against keras-hub, PyTorch
-    python benchmarks/bench_gpu.py decode OUT [--backends jax]  # ours against keras-hub
+    python benchmarks/bench_gpu.py decode OUT [--rows jax/ours,jax/keras-hub]  # against keras-hub
+    python benchmarks/bench_gpu.py calls OUT [--packages .,OLD,keras-hub]  # generate's call
     python benchmarks/bench_gpu.py masks OUT             # tests/mask_checks.py on the GPU
     python benchmarks/bench_gpu.py attention OUT         # the attention kernels, 512 tokens
     python benchmarks/bench_gpu.py chatbot DIR OUT [--seconds 600]
@@ -42,7 +43,17 @@ reference run of the tests) runs here, before and after:
   the matmul FLOPs (`flops.py`) over the device's bf16 dense peak.
 - `decode`: `bench_backends.worker_decode` (batch 1 greedy and beam 4 in
   ms/token, batch 64 greedy in sentences/s) for ours and keras-hub on JAX and
-  PyTorch, ours on weights saved once on JAX; tokens kept for `compare`.
+  PyTorch, ours on weights saved once on JAX; tokens kept for `compare`. Rows
+  `ours:K` force the loop to check whether every row ended once every K steps
+  (`_backend.steps_per_check`); `keras-hub:stop` gives keras-hub's sampler
+  `<END>` as its stop token, so its loop checks after every step as ours did
+  (without it the loop runs a known number of steps).
+- `calls`: where a decoding call's time goes: `generate` (batch 1 greedy with
+  1 and 24 tokens, beam 4, batch 64 greedy; the model of `decode`) and its
+  compiled loop alone, called with tensors made once; medians of 40 calls,
+  each package in its own process, in turns over two rounds. `OLD`: another
+  commit's package, exported here with `git archive REV keras_transformer |
+  tar -x -C OLD` and carried (the GPU machine has no git history).
 - `masks`: `tests/mask_checks.py` (the mask rule, `keras.layers.MultiHeadAttention`
   with copied weights, the `keras.ops.dot_product_attention` path against the
   explicit softmax, half precision with a fully masked row) on JAX (float32
@@ -91,6 +102,7 @@ TRAIN_SETTINGS = (("float32", 64), ("mixed_bfloat16", 64), ("float32", 4096),
                   ("mixed_bfloat16", 8192))
 # bf16 dense peak (no sparsity) by the name the device reports, in FLOP/s.
 PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}
+DECODE_ROWS = ("jax/ours", "jax/keras-hub", "torch/ours", "torch/keras-hub")
 
 
 def device_peak():
@@ -322,14 +334,22 @@ def train(out, steps, settings):
 # --- decoding speed -------------------------------------------------------------
 
 
-def worker_decode(impl, weights):
+def worker_decode(row, weights):
+    """One row of `decode`: `ours`, `ours:K` (the loop checked every K steps),
+    `keras-hub` (its loop runs every step), `keras-hub:stop` (it stops at `<END>`)."""
     import keras
     from bench_backends import save_weights, worker_decode
 
-    if impl == "save":
+    if row == "save":
         save_weights(weights)
         return {"checksum": float(sum(np.abs(w).sum() for w in _weights(weights)))}
-    figures, tokens = worker_decode(impl, weights, sentences=4, repeats=3)
+    impl, _, variant = row.partition(":")
+    if impl == "ours" and variant:
+        from keras_transformer import _backend
+
+        _backend.steps_per_check = lambda x, max_length: int(variant)
+    figures, tokens = worker_decode(impl, weights, sentences=4, repeats=3,
+                                    hub_stops=variant == "stop")
     return {"figures": figures, "tokens": tokens, "backend": keras.backend.backend()}
 
 
@@ -343,31 +363,113 @@ def _weights(path):
     return arrays
 
 
-def decode(out, backends=("jax", "torch")):
-    rows = {}
+def decode(out, rows=DECODE_ROWS):
+    """`rows`: `backend/row` pairs, the rows of `worker_decode`."""
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:  # 108 MB: not among what comes back
         weights = os.path.join(tmp, "decode.weights.h5")
         checksum = child("decode", "jax", "save", weights)["checksum"]
-        for backend, impl in (("jax", "ours"), ("jax", "keras-hub"), ("torch", "ours"),
-                              ("torch", "keras-hub")):
-            if backend not in backends:
-                continue
-            rows[f"{impl} ({backend})"] = child("decode", backend, impl, weights)
-            print(f"{impl} on {backend}: {rows[f'{impl} ({backend})']['figures']}",
+        for spec in rows:
+            backend, row = spec.split("/")
+            results[f"{row} ({backend})"] = child("decode", backend, row, weights)
+            print(f"{row} on {backend}: {results[f'{row} ({backend})']['figures']}",
                   flush=True)
     save(out, "decode", {"device": device_peak()[0], "weights_checksum": checksum,
-                         "rows": rows})
-    reference = rows["ours (jax)"]["tokens"]
-    if "ours (torch)" in rows:
-        same = {case: rows["ours (torch)"]["tokens"][case] == tokens
-                for case, tokens in reference.items()}
-        print(f"\nours: PyTorch's tokens equal JAX's: {same}\n")
+                         "rows": results})
+    reference = results.get("ours (jax)")
+    for name, result in results.items():
+        if reference and name.startswith("ours") and name != "ours (jax)":
+            same = {case: result["tokens"][case] == tokens
+                    for case, tokens in reference["tokens"].items()}
+            print(f"{name}: tokens equal to ours (jax)'s: {same}")
     print("| implementation | batch 1 greedy ms/token | batch 1 beam 4 ms/token | "
           "batch 64 greedy sentences/s | first calls s |\n|---|---|---|---|---|")
-    for impl, r in rows.items():
-        f = r["figures"]
-        print(f"| {impl} | {f['greedy-b1']:.2f} | {f['beam-b1']:.2f} | "
+    for name, result in results.items():
+        f = result["figures"]
+        print(f"| {name} | {f['greedy-b1']:.2f} | {f['beam-b1']:.2f} | "
               f"{f['greedy-b64']:.0f} | {f['compile']:.1f} |")
+
+
+# --- where a decoding call's time goes ------------------------------------------
+
+
+def worker_calls(package):
+    """Medians of 40 calls (ms) for the `keras_transformer` inside folder
+    `package`, or keras-hub's model for `keras-hub` (JAX)."""
+    import statistics
+
+    import jax
+    import keras
+    from bench_decode_peers import seeded_model, sources
+
+    def median_ms(call):
+        for _ in range(3):
+            call()
+        times = []
+        for _ in range(40):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    one, batch = sources(1), sources(64, seed=1)
+    if package == "keras-hub":
+        import bench_backends
+        import keras_hub
+
+        from keras_transformer import _backend
+
+        figures = {}
+        for length in (1, 24):
+            bench_backends.NEW_TOKENS = length
+            keras.utils.set_random_seed(0)
+            hub = bench_backends.hub_model()
+            hub((one, one))
+            run = _backend.compile_decoding(
+                hub, lambda ids: hub.generate(ids, keras_hub.samplers.GreedySampler()), True)
+            figures[f"greedy b1, {length} tokens"] = median_ms(
+                lambda: keras.ops.convert_to_numpy(run(one)))
+        return figures
+    sys.path.insert(0, package)
+    import keras_transformer as kt
+
+    model = seeded_model(kt)
+
+    def generate(ids, **options):
+        return lambda: keras.ops.convert_to_numpy(model.generate(ids, **options))
+
+    figures = {f"greedy b1, {length} tokens": median_ms(generate(one, max_length=length))
+               for length in (1, 24)}
+    figures["beam 4 b1, 24 tokens"] = median_ms(
+        generate(one, max_length=24, method="beam", beam_size=4, length_penalty=0.0))
+    figures["greedy b64, 24 tokens"] = median_ms(generate(batch, max_length=24))
+    loop = next(function for key, function in model._generate_fns._functions.items()
+                if ("max_length", 24) in key and ("method", "greedy") in key)
+    options = {name: keras.ops.convert_to_tensor(0 if value is None else value,
+                                                 "int32" if name == "seed" else "float32")
+               for name, value in kt.generation.GenerateConfig().options(tensor=True).items()}
+    ids = keras.ops.convert_to_tensor(one)
+    figures["greedy b1, 24 tokens: the compiled loop alone"] = median_ms(
+        lambda: jax.block_until_ready(loop(ids, options)))
+    return {"package": os.path.dirname(kt.__file__), **figures}
+
+
+def calls(out, packages, rounds=2):
+    """`generate`'s whole call against its compiled loop alone, for each folder
+    of `packages` holding a `keras_transformer` (`.` for the tree) and
+    `keras-hub`, in turns over `rounds` rounds, each in its own process."""
+    results = {package: [] for package in packages}
+    for _ in range(rounds):
+        for package in packages:
+            results[package].append(child("calls", "jax", os.path.abspath(package)
+                                          if package != "keras-hub" else package))
+    save(out, "calls", {"device": device_peak()[0], "rounds": results})
+    cases = [key for key in results[packages[0]][0] if key != "package"]
+    print("| case | " + " | ".join(packages) + " |\n|---|" + "---|" * len(packages))
+    for case in cases:
+        print(f"| {case} ms | " + " | ".join(
+            " / ".join(f"{r[case]:.2f}" for r in results[package] if case in r) or "-"
+            for package in packages) + " |")
 
 
 # --- the mask rule and the attention kernels ---------------------------------------
@@ -723,6 +825,7 @@ WORKERS = {
     "train_torch": lambda args: worker_train_torch(int(args[0]), bool(int(args[1])),
                                                    parse_settings(args[2])),
     "decode": lambda args: worker_decode(args[0], args[1]),
+    "calls": lambda args: worker_calls(args[0]),
     "masks": lambda args: worker_masks(),
     "attention": lambda args: worker_attention(args[0], args[1], int(args[2]), int(args[3]),
                                                int(args[4])),
@@ -737,14 +840,18 @@ def main(argv=None):
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("prepare", "correctness", "mixed", "train", "decode",
-                                         "masks", "attention", "chatbot", "compare"))
+                                         "calls", "masks", "attention", "chatbot", "compare"))
     parser.add_argument("paths", nargs="+", help="DIR and/or OUT, as the part needs")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--settings", default=TRAIN_SETTINGS,
                         help="training's dtype policies and batch sizes, "
                              "'float32:64,mixed_bfloat16:4096,...'")
     parser.add_argument("--seconds", type=float, default=600, help="chatbot training time")
-    parser.add_argument("--backends", default="jax,torch", help="decode's backends")
+    parser.add_argument("--rows", default=",".join(DECODE_ROWS),
+                        help="decode's rows, 'backend/row,...': a row is ours, ours:K "
+                             "(checked every K steps), keras-hub or keras-hub:stop")
+    parser.add_argument("--packages", default=".,keras-hub",
+                        help="calls' folders holding a keras_transformer, and keras-hub")
     parser.add_argument("--policy", default="mixed_bfloat16", help="attention's dtype policy")
     parser.add_argument("--variants", default=",".join(ATTENTION_VARIANTS),
                         help="attention's variants")
@@ -765,7 +872,9 @@ def main(argv=None):
                     else args.settings)
         train(paths[0], args.steps, settings)
     elif args.part == "decode":
-        decode(paths[0], tuple(args.backends.split(",")))
+        decode(paths[0], args.rows.split(","))
+    elif args.part == "calls":
+        calls(paths[0], args.packages.split(","))
     elif args.part == "masks":
         masks(paths[0])
     elif args.part == "attention":

@@ -17,6 +17,7 @@ it is the backend, so the core runs where TensorFlow is not installed.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
 - `joins_projections`: where a decoding step's q/k/v products run as one.
 - `has_fused_attention`: where `keras.ops.dot_product_attention` pays.
+- `steps_per_check`: how often the decoding loop asks whether every row ended.
 - `replica_token_count`: the token count of the whole global batch under a
   `tf.distribute` strategy.
 - `TrainerMixin`: TensorFlow's multi-worker `fit` workaround, nothing
@@ -69,7 +70,8 @@ def check_length(length, limit, message):
 
 
 def compile_decoding(model, fn, jit_compile):
-    """`fn(*tensors)` compiled once per input shape, for `model`'s decoding loop.
+    """`fn(*tensors)` compiled once per input shape, for `model`'s decoding loop;
+    its arguments may be NumPy arrays.
 
     Args:
         model: the `keras.Model` whose variables `fn` reads.
@@ -83,15 +85,17 @@ def compile_decoding(model, fn, jit_compile):
     if BACKEND == "tensorflow":
         return tf.function(fn, jit_compile=jit_compile)
     if BACKEND == "jax":
+        variables = model.variables  # the objects once; their values at every call
 
         def stateless(values, *args):
-            with keras.StatelessScope(state_mapping=list(zip(model.variables, values))):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
                 return fn(*args)
 
         run = jax.jit(stateless) if jit_compile else stateless
-        return lambda *args: run([v.value for v in model.variables], *args)
+        return lambda *args: run([v.value for v in variables], *args)
 
     def without_gradients(*args):  # torch
+        args = keras.tree.map_structure(keras.ops.convert_to_tensor, args)
         with torch.no_grad():
             return fn(*args)
 
@@ -170,11 +174,32 @@ def has_fused_attention(x):
     batch-64 decoding 6%; PyTorch batch-64 decoding 5%. (A TPU's Splash
     kernel, which Keras reaches by other rules, is left out: not measured.)
     """
+    return BACKEND != "tensorflow" and _on_gpu(x)
+
+
+def steps_per_check(x, max_length):
+    """How many decoding steps run between two checks whether every row has
+    ended, in a loop of `max_length` steps over `x`'s rows (the argument
+    `steps_per_check` of `greedy_search` and `beam_search`).
+
+    XLA's while loop on a GPU copies a condition that depends on the data to
+    the host at every step and waits for it; a loop of known length XLA runs
+    on the device. So on a GPU through JAX the decoding loop runs blocks of
+    the largest divisor of `max_length` up to 8 steps, and may run up to 7
+    steps after every row ended: the loop of a batch-1 sentence of 24 tokens
+    took 2.9 ms instead of 4.5 on an H200 (`benchmarks/RESULTS.md`).
+    Elsewhere 1: PyTorch runs its loop eagerly, where blocks measured no
+    faster on that GPU, and a CPU reads the condition where it computed it.
+    """
+    if BACKEND != "jax" or not _on_gpu(x):
+        return 1
+    return max(d for d in range(1, 9) if max_length % d == 0)
+
+
+def _on_gpu(x):
     if BACKEND == "torch":
         return x.device.type == "cuda"
-    if BACKEND == "jax":
-        return jax.default_backend() == "gpu"
-    return False
+    return BACKEND == "jax" and jax.default_backend() == "gpu"
 
 
 def xla_dropout(inputs, rate, seed_generator):

@@ -13,6 +13,7 @@ import keras_transformer as kt
 from keras_transformer import _backend, _compat, cli
 from keras_transformer.data import reverse_task
 from keras_transformer.generation import GenerateConfig, beam_search, mmi_rerank
+from keras_transformer.generation.search import greedy_search
 from keras_transformer.serving.export import EXPORTED_OPTIONS
 
 PAD, SOS, END = 0, 1, 2
@@ -178,14 +179,17 @@ def test_beam_search_as_wide_as_the_search_space_is_exhaustive_search(alpha):
             np.sort(scores)[::-1][:4], atol=1e-5)
 
 
+@pytest.mark.parametrize("steps_per_check", [1, 5])
 @pytest.mark.parametrize("alpha, answer, steps", [(0.0, [END], 1),
                                                    (2.0, [4, 4, 4, 4, END], 5)])
-def test_beam_search_stops_only_when_no_alive_answer_can_win(alpha, answer, steps):
+def test_beam_search_stops_only_when_no_alive_answer_can_win(alpha, answer, steps,
+                                                             steps_per_check):
     """One hypothesis; at step 0 <END> has p 0.6, token 4 has 0.4 and then
     leads surely to 4 4 4 4 <END>. Without a length penalty <END> wins at once
     and the search stops; with alpha 2 the long answer scores -0.92 / 2.78
     against -0.51 / 1, so the search must go on although its one beam slot
-    holds a finished answer."""
+    holds a finished answer. Checked once every 5 steps (as on a GPU), the
+    search runs all 5 and gives the same answer and number of steps."""
     table = np.full((5, 5), -1e4, np.float32)  # (step, vocabulary): <PAD>, <SOS> never
     table[0, END], table[0, 4] = np.log(0.6), np.log(0.4)
     table[1:4, 4] = 0.0
@@ -196,13 +200,53 @@ def test_beam_search_stops_only_when_no_alive_answer_can_win(alpha, answer, step
 
     tokens, log_probs, lengths, n = beam_search(
         step_fn, keras.ops.zeros((1,)), lambda state, rows: state, 1, 1, 5, 5,
-        start_token_idx=SOS, end_token_idx=END, pad_token_idx=PAD, length_penalty=alpha)
+        start_token_idx=SOS, end_token_idx=END, pad_token_idx=PAD, length_penalty=alpha,
+        steps_per_check=steps_per_check)
     assert int(n) == steps
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(tokens)[0, 0, :len(answer)],
                                   answer)
     assert int(keras.ops.convert_to_numpy(lengths)[0, 0]) == len(answer)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(log_probs)[0, 0],
                                np.log(0.6 if steps == 1 else 0.4), atol=1e-3)
+
+
+@pytest.mark.parametrize("steps_per_check", [1, 2, 3, 6])
+def test_greedy_search_checked_once_a_block_gives_the_same_tokens_and_steps(steps_per_check):
+    """Row 0 ends at step 1, row 1 at step 3 of at most 6: whether the loop
+    asks after every step or once every 2, 3 or 6 (as on a GPU), it returns
+    the same tokens, `<PAD>` after `<END>`, and 3 steps."""
+    table = np.full((2, 6, 6), -1e4, np.float32)  # (row, step, vocabulary)
+    table[0, 0, 4], table[0, 1:, END] = 0.0, 0.0
+    table[1, :2, 5], table[1, 2:, END] = 0.0, 0.0
+
+    def step_fn(tokens, index, state):
+        return keras.ops.take(table, index[None], axis=1)[:, 0], state, []
+
+    tokens, n, _ = greedy_search(step_fn, keras.ops.zeros((2,)), 2, 6, SOS, END, PAD,
+                                 steps_per_check=steps_per_check)
+    assert int(n) == 3
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(tokens),
+                                  [[4, END, PAD, PAD, PAD, PAD], [5, 5, END, PAD, PAD, PAD]])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [{}, {"method": "beam"}, {"method": "mmi"},
+                                     {"method": "sample", "seed": 5},
+                                     {"return_attention_weights": True},
+                                     {"use_cache": False}])
+def test_decoding_checked_once_a_block_equals_checked_every_step(trained_model, monkeypatch,
+                                                                 options):
+    """On a GPU the loop asks whether every row ended once every few steps
+    (`_backend.steps_per_check`): the steps it runs after that change nothing.
+    Rows of 4-9 tokens, at most 10, checked every 5 steps."""
+    inp = reverse_task(17, seed=71)[0]
+    expected = keras.tree.flatten(fresh_copy(trained_model).generate(inp, **options))
+    monkeypatch.setattr(_backend, "steps_per_check", lambda x, max_length: 5)
+    got = keras.tree.flatten(fresh_copy(trained_model).generate(inp, **options))
+    assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in expected]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
+                                      keras.ops.convert_to_numpy(b))
 
 
 def test_mmi_ranks_with_the_length_penalty():

@@ -3,7 +3,7 @@
 import numpy as np
 from keras import ops
 
-from keras_transformer.generation.search import int32
+from keras_transformer.generation.search import int32, while_loop_in_blocks
 
 
 def length_penalty_fn(length, alpha):
@@ -31,6 +31,7 @@ def beam_search(
     end_token_idx,
     pad_token_idx,
     length_penalty,
+    steps_per_check=1,
 ):
     """Beam search for the answer of highest `log p / length_penalty_fn(length, alpha)`.
 
@@ -61,6 +62,9 @@ def beam_search(
         vocab_size: int V.
         start_token_idx, end_token_idx, pad_token_idx: int. Special ids.
         length_penalty: scalar float tensor alpha.
+        steps_per_check: int dividing `max_length`. Steps run between two
+            checks whether every row is done (`while_loop_in_blocks`; a row
+            that is done keeps its answers, so the results are the same).
 
     Returns:
         `(tokens (B, K, L) int32, log_probs (B, K) float32, lengths (B, K)
@@ -92,10 +96,11 @@ def beam_search(
         return {key: gather_beams(value, ops.cast(best, "int32"))
                 for key, value in merged.items()}
 
-    def cond(index, current, alive_seqs, alive_log_probs, finished, done, state):
+    def cond(index, current, alive_seqs, alive_log_probs, finished, done, state, n):
         return ops.logical_and(index < max_length, ops.logical_not(ops.all(done)))
 
-    def body(index, current, alive_seqs, alive_log_probs, finished, done, state):
+    def body(index, current, alive_seqs, alive_log_probs, finished, done, state, n):
+        n = n + ops.cast(ops.logical_not(ops.all(done)), "int32")  # steps with work
         logits, state, _ = step_fn(current, index, state)  # (B*K, V)
         step_log_probs = ops.reshape(ops.log_softmax(logits, axis=-1), (-1, K, V))
         candidates = ops.reshape(step_log_probs + alive_log_probs[:, :, None], (-1, K * V))
@@ -124,10 +129,12 @@ def beam_search(
         could_score = ops.maximum(best_alive / penalty(ops.minimum(length + 1, max_length)),
                                   best_alive / penalty(max_length))
         done = ops.logical_or(done, finished["scores"][:, K - 1] >= could_score)
-        return index + 1, current, alive_seqs, alive_log_probs, finished, done, state
+        return index + 1, current, alive_seqs, alive_log_probs, finished, done, state, n
 
-    n, _, alive_seqs, alive_log_probs, finished, done, _ = ops.while_loop(
-        cond, body, (int32(0), current, alive_seqs, alive_log_probs, finished, done, state)
+    _, _, alive_seqs, alive_log_probs, finished, done, _, n = while_loop_in_blocks(
+        cond, body,
+        (int32(0), current, alive_seqs, alive_log_probs, finished, done, state, int32(0)),
+        steps_per_check,
     )
     # Rows that reached max_length: their alive hypotheses are answers too.
     finished = keep_best(finished, dict(

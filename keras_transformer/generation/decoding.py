@@ -3,7 +3,10 @@
 Every loop is one `keras.ops.while_loop` over static shapes (a
 `(batch, max_length)` token buffer written at the step index), so it traces
 once and compiles: XLA on TensorFlow, `jax.jit` on JAX; on PyTorch it runs
-eagerly. It stops as soon as every row has produced `<END>`.
+eagerly. It stops as soon as every row has produced `<END>`; on a GPU it
+asks that once every few steps, in blocks of a known number of steps
+(`_backend.steps_per_check`): the loop of a batch-1 sentence ran 1.5x faster
+so on an H200.
 
 The loops know nothing about the model: they call
 
@@ -29,6 +32,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer import _backend
 from keras_transformer.generation.beam import answer_log_probs, beam_search, mmi_rerank
 from keras_transformer.generation.config import BEAM_METHODS
 from keras_transformer.generation.search import Sampler, greedy_search, write_column
@@ -119,6 +123,7 @@ def decode(
         start_token_idx=model.start_token_idx,
         end_token_idx=model.end_token_idx,
         pad_token_idx=model.pad_token_idx,
+        steps_per_check=_backend.steps_per_check(inp, max_length),
     )
 
     if method in BEAM_METHODS:

@@ -16,6 +16,25 @@ def int32(value):
     return ops.convert_to_tensor(value, "int32")
 
 
+def while_loop_in_blocks(cond, body, loop_vars, block):
+    """`ops.while_loop(cond, body, loop_vars)` that reads `cond` only once
+    every `block` steps: each of its iterations runs `body` `block` times, in
+    a loop of known length.
+
+    The caller counts the steps that did work itself: `body` must leave the
+    results alone once `cond` is false (an ended row takes `<PAD>`, a beam
+    search that is done keeps its answers) and the steps must not run past
+    the buffers (`block` divides the number of steps).
+    """
+    if block == 1:
+        return ops.while_loop(cond, body, loop_vars)
+
+    def steps(*loop_vars):
+        return ops.fori_loop(0, block, lambda _, loop_vars: body(*loop_vars), tuple(loop_vars))
+
+    return ops.while_loop(cond, steps, loop_vars)
+
+
 def greedy_search(
     step_fn,
     state,
@@ -26,6 +45,7 @@ def greedy_search(
     pad_token_idx,
     choose_fn=None,
     weight_buffers=None,
+    steps_per_check=1,
 ):
     """Picks one token per row and step: the arg-max, or `choose_fn`'s pick.
 
@@ -39,6 +59,9 @@ def greedy_search(
             Defaults to the arg-max.
         weight_buffers: list of zero tensors `(B, heads, L, S)` to collect the
             cross-attention weights of every step into, or `None`.
+        steps_per_check: int dividing `max_length`. Steps run between two
+            checks whether every row has ended (`while_loop_in_blocks`);
+            the results are the same for any value.
 
     Returns:
         `(tokens (B, L) int32, n, weight_buffers)`: only the first `n` columns
@@ -56,10 +79,11 @@ def greedy_search(
     padding = ops.full((batch_size,), pad_token_idx, "int32")
     weights = weight_buffers if collect else []
 
-    def cond(index, current, tokens, finished, state, weights):
+    def cond(index, current, tokens, finished, state, weights, n):
         return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
-    def body(index, current, tokens, finished, state, weights):
+    def body(index, current, tokens, finished, state, weights, n):
+        n = n + ops.cast(ops.logical_not(ops.all(finished)), "int32")  # steps with work
         logits, state, cross = step_fn(current, index, state)  # (B, V)
         next_token = ops.where(finished, padding, choose_fn(logits, index))  # (B,)
         tokens = write_column(tokens, index, next_token)  # (B, L)
@@ -69,10 +93,11 @@ def greedy_search(
                 ops.slice_update(buffer, [0, 0, index, 0], ops.cast(w, buffer.dtype))
                 for buffer, w in zip(weights, cross)
             ]  # each (B, H, L, S)
-        return index + 1, next_token, tokens, finished, state, weights
+        return index + 1, next_token, tokens, finished, state, weights, n
 
-    n, _, tokens, _, _, weights = ops.while_loop(
-        cond, body, (int32(0), current, tokens, finished, state, weights)
+    _, _, tokens, _, _, weights, n = while_loop_in_blocks(
+        cond, body, (int32(0), current, tokens, finished, state, weights, int32(0)),
+        steps_per_check,
     )
     return tokens, n, (weights if collect else None)
 

@@ -11,6 +11,7 @@ import functools
 import random
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer import _backend, _config, generation
@@ -285,7 +286,13 @@ class Transformer(_backend.TrainerMixin, keras.Model):
                 f"most maximum_position_encoding={self.maximum_position_encoding}. "
                 f"Received: max_length={max_length}"
             )
-        inp = ops.convert_to_tensor(inp)
+        # Ids with values (not traced) are checked and passed as NumPy, as
+        # are the loop's options: on a GPU each eager operation or copy
+        # around the compiled loop costs a round trip (they took 3.0-3.8 ms
+        # of a batch-1 call on an H200, beside 4.5 ms for the loop; now
+        # about 1: benchmarks/RESULTS.md).
+        ids = _backend.concrete(np.asarray(inp) if isinstance(inp, (list, tuple)) else inp)
+        inp = ops.convert_to_tensor(inp) if ids is None else ids
         dtype = keras.backend.standardize_dtype(inp.dtype)
         if len(inp.shape) != 2 or "int" not in dtype:
             raise ValueError(
@@ -293,8 +300,10 @@ class Transformer(_backend.TrainerMixin, keras.Model):
                 f"ids of shape (batch, src_len). Received: inp.shape={tuple(inp.shape)}, "
                 f"dtype={dtype}"
             )
-        inp = ops.cast(inp, "int32")
-        if _backend.concrete(inp) is not None:
+        if ids is None:
+            inp = ops.cast(inp, "int32")
+        else:
+            inp = ids.astype(np.int32)
             self.encoder._check_ids(inp)
         if not self.built:  # create every weight before tracing the loop
             self.build((tuple(inp.shape), (inp.shape[0], max_length)))
@@ -311,10 +320,14 @@ class Transformer(_backend.TrainerMixin, keras.Model):
         tensors = config.options(tensor=True)
         if tensors["seed"] is None:
             tensors["seed"] = random.randrange(2**31)
-        tensors = {name: ops.convert_to_tensor(value, "int32" if name == "seed" else "float32")
+        tensors = {name: np.asarray(value, np.int32 if name == "seed" else np.float32)
                    for name, value in tensors.items()}
         tokens, n, weights = decode(inp, tensors)
-        tokens = tokens[..., :n]  # (B, n) or (B, R, n)
+        steps = _backend.concrete(n)
+        if steps is not None:  # a Python int: the cheaper slice, or none when all ran
+            n = int(steps)
+        if steps is None or n < max_length:
+            tokens = tokens[..., :n]  # (B, n) or (B, R, n)
         if config.return_attention_weights:
             return tokens, {name: w[:, :, :n, :] for name, w in weights.items()}
         return tokens
