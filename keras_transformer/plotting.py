@@ -164,8 +164,10 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
                                 aspect="auto")
             axis.set_xticks(range(len(source_tokens)), source_tokens, rotation=90)
             axis.set_yticks(range(len(target_tokens)), target_tokens)
-            axis.set_xlabel(text["key"])
-            axis.set_ylabel(text["query"])
+            if head >= heads - columns:  # the axis names once per row and column
+                axis.set_xlabel(text["key"])
+            if head % columns == 0:
+                axis.set_ylabel(text["query"])
             axis.set_title(text["head"].format(head + 1) if heads > 1 else text["all_heads"])
         figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label=text["weight"])
         figure.suptitle(title or text["attention"])

@@ -190,6 +190,7 @@ def test_plots_have_titles_and_labels():
     figure = plot_attention(np.full((2, 3, 4), 0.25), list("abcd"), ["가", "나", "<END>"])
     shown = [axis for axis in figure.axes if axis.get_visible() and axis.get_title()]
     assert len(shown) == 2 and all(axis.get_xlabel() for axis in shown)
+    assert shown[0].get_ylabel() and not shown[1].get_ylabel()  # once per row, not overlapping
     with pytest.raises(ValueError, match="attention"):
         plot_attention(np.zeros((3, 4)), list("abc"), list("abc"))
 
