@@ -11,7 +11,8 @@ Deviations from the tutorial, all invisible to its users:
   mask times a large negative constant, and the softmax always runs in
   float32, so half precision never overflows and a fully masked row gives
   uniform weights, not NaN;
-- the queries are scaled before `Q K^T` (fewer multiplications, same result);
+- the queries are scaled before `Q K^T` (same result; fewer multiplications
+  when there are more keys than `depth`, as in a decoding step's cache);
 - a self-attention decoding step projects its token's q, k and v in one
   product by the three kernels side by side (same result, faster; see
   `_project_self_attention`);
