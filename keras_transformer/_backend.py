@@ -174,7 +174,7 @@ def has_fused_attention(x):
     batch-64 decoding 6%; PyTorch batch-64 decoding 5%. (A TPU's Splash
     kernel, which Keras reaches by other rules, is left out: not measured.)
     """
-    return BACKEND != "tensorflow" and _on_gpu(x)
+    return _on_gpu(x)
 
 
 def steps_per_check(x, max_length):
@@ -191,12 +191,14 @@ def steps_per_check(x, max_length):
     Elsewhere 1: PyTorch runs its loop eagerly, where blocks measured no
     faster on that GPU, and a CPU reads the condition where it computed it.
     """
-    if BACKEND != "jax" or not _on_gpu(x):
+    if BACKEND != "jax" or not _on_gpu(x):  # PyTorch: see above
         return 1
     return max(d for d in range(1, 9) if max_length % d == 0)
 
 
 def _on_gpu(x):
+    """Whether `x` is on a GPU under JAX or PyTorch (TensorFlow: always False,
+    none of the GPU-only paths above was measured there)."""
     if BACKEND == "torch":
         return x.device.type == "cuda"
     return BACKEND == "jax" and jax.default_backend() == "gpu"
