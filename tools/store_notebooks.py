@@ -8,7 +8,8 @@ Each notebook runs top to bottom in a fresh kernel from `notebooks/`, in the
 mode `MODES` names (full unless a full run takes over 10 minutes on 2 cores),
 with its figures as PNG at `DPI`. The package version, the date and the mode
 are written into the notebook's metadata (`keras_transformer`) and into the
-line of its first cell that starts with `RUN_LINE`. A run that raises, or an
+line of its first cell that starts with `RUN_LINE` (the mode only where the
+notebook has a fast mode). A run that raises, or an
 output that names a path of this machine, stops the script and stores nothing
 for that notebook. The test command executes its own copies in fast mode and
 never writes here.
@@ -44,8 +45,10 @@ LOG_LINE = re.compile(r"^([IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log me
 MACHINE_PATH = re.compile(r"(/tmp/|/home/|/work/|/root/|/usr/|site-packages|\.venv)")
 
 
-def run_line(version, date, mode, minutes):
-    return (f"{RUN_LINE} keras_transformer {version}, {date}, {MODE_WORDS[mode]}, "
+def run_line(version, date, mode, minutes, has_fast_mode):
+    """The record line; a notebook without a fast mode names no mode."""
+    mode_words = f"{MODE_WORDS[mode]}, " if has_fast_mode else ""
+    return (f"{RUN_LINE} keras_transformer {version}, {date}, {mode_words}"
             f"CPU 2코어에서 {minutes:.1f}분")
 
 
@@ -122,7 +125,9 @@ def store(path, version, date):
         raise SystemExit(f"{name}: outputs name paths of this machine:\n  " + "\n  ".join(found))
     notebook.metadata["keras_transformer"] = {"version": version, "date": date, "mode": mode,
                                               "minutes": round(minutes, 1)}
-    set_run_line(notebook.cells[0], run_line(version, date, mode, minutes))
+    has_fast_mode = any("KT_NOTEBOOK_FAST" in cell.source for cell in notebook.cells
+                        if cell.cell_type == "code")
+    set_run_line(notebook.cells[0], run_line(version, date, mode, minutes, has_fast_mode))
     nbformat.write(notebook, path)
     size = os.path.getsize(path) / 1024
     print(f"{name}: {mode} mode, {minutes:.1f} min, {size:.0f} KiB stored", flush=True)
