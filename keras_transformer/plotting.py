@@ -43,7 +43,7 @@ _TEXTS = {
     "predicted": ("predicted label", "예측한 레이블"),
     "true": ("true label", "정답 레이블"),
     "confusion": ("Confusion matrix", "혼동 행렬"),
-    "examples": ("examples", "예제 수"),
+    "examples": ("examples", "개수"),
 }
 
 
