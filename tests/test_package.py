@@ -184,8 +184,8 @@ def test_notebooks_install_themselves_are_stored_executed_and_listed():
         assert not [output for output in outputs if output["output_type"] == "error"], name
         run = notebook["metadata"]["keras_transformer"]
         assert run["mode"] in ("full", "fast") and run["version"] and run["date"], name
-        assert f"> 저장된 출력: keras_transformer {run['version']}, {run['date']}" in "".join(
-            cells[0]["source"]), name
+        run_line = f"> 아래 출력을 만든 실행: keras_transformer {run['version']}, {run['date']}"
+        assert run_line in "".join(cells[0]["source"]), name
         source = "".join("".join(cell["source"]) for cell in cells)
         source += json.dumps(outputs, ensure_ascii=False)
         assert 'find_spec("keras_transformer") is None' in "".join(code[0]["source"]), name

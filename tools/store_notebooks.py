@@ -31,8 +31,8 @@ NOTEBOOKS = os.path.join(ROOT, "notebooks")
 
 # "fast": KT_NOTEBOOK_FAST=1, because the full run takes over 10 minutes on 2 cores.
 MODES = {}
-DPI = 72
-RUN_LINE = "> 저장된 출력:"
+DPI = 100
+RUN_LINE = "> 아래 출력을 만든 실행:"
 MODE_WORDS = {
     "full": "전체 모드",
     "fast": "빠른 모드(`KT_NOTEBOOK_FAST=1`, 전체 모드는 2코어 CPU에서 10분이 넘습니다)",
