@@ -109,8 +109,9 @@ def tiny_kargs(**overrides):
     return kargs
 
 
-def fit_reverse(jit_compile, epochs=12, n=3000):
-    """A model with the tutorial's kargs trained on the reverse task."""
+def fit_reverse(jit_compile, epochs=7, n=3008):
+    """A model with the tutorial's kargs trained on the reverse task (3,008
+    pairs: 47 full batches, one shape for XLA to compile)."""
     keras.utils.set_random_seed(0)
     model = kt.Transformer(**tiny_kargs(d_model=64, dff=128))
     model.compile(

@@ -242,6 +242,17 @@ def test_dataset_yields_the_tutorial_layout(small_corpus, tokenizers, bucket):
     assert rows == 3000
 
 
+def test_static_shape_gives_every_batch_one_shape(small_corpus, tokenizers):
+    pairs = small_corpus["train"][:100]
+    varying = make_dataset(pairs, *tokenizers, max_length=16, batch_size=32)
+    static = make_dataset(pairs, *tokenizers, max_length=16, batch_size=32, static_shape=True,
+                          drop_remainder=True)
+    assert varying.element_spec[1].shape.as_list() == [None, None]
+    assert len({tuple(dec_out.shape) for _, dec_out in varying}) > 1
+    assert static.element_spec[1].shape.as_list() == [32, 16]
+    assert [tuple(dec_out.shape) for _, dec_out in static] == [(32, 16)] * 3
+
+
 def test_dataset_cuts_long_pairs_and_counts_them(tokenizers):
     long_pair = (" ".join(["minsu"] * 30), " ".join(["민수는"] * 30))
     pairs = [long_pair, ("minsu", "민수는")]

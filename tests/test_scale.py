@@ -71,8 +71,8 @@ def test_mixed_precision_training_learns_the_reverse_task(policy):
     if policy == "mixed_float16":  # dynamic loss scaling, from compile
         assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     inp, dec_in, dec_out = reverse_task(3000)
-    # Six epochs: 0.98-0.99 held-out accuracy under either policy (2026-11-26).
-    model.fit([inp, dec_in], dec_out, batch_size=64, epochs=6, verbose=0)
+    # Four epochs: 0.98 held-out accuracy in float32 (2026-11-27).
+    model.fit([inp, dec_in], dec_out, batch_size=64, epochs=4, verbose=0)
     assert model.encoder.enc_layers[0].mha.compute_dtype == policy.split("_")[1]
     test_inp, test_dec_in, test_dec_out = reverse_task(256, seed=99)
     _, accuracy = model.evaluate([test_inp, test_dec_in], test_dec_out, verbose=0)
@@ -80,20 +80,17 @@ def test_mixed_precision_training_learns_the_reverse_task(policy):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("static_shape", [True, False])
-def test_static_shapes_give_the_xla_train_step_one_shape(tmp_path, monkeypatch, static_shape):
+def test_static_shapes_give_the_xla_train_step_one_shape(tmp_path, monkeypatch):
+    """Without `static_shape`, batches are padded to their longest row
+    (`test_data.py`), and XLA would compile each shape it meets."""
     traces = []  # Keras calls train_step in Python once per trace of the step
     original = kt.Transformer.train_step
     monkeypatch.setattr(kt.Transformer, "train_step",
                         lambda self, data: traces.append(data) or original(self, data))
     corpus = english_korean_corpus(train_size=64, valid_size=16, test_size=0, seed=4)
     result = train(corpus["train"], str(tmp_path), corpus["valid"], epochs=1,
-                   jit_compile=True, static_shape=static_shape, **TINY)
-    shapes = {tuple(batch[1].shape) for batch in traces}
-    if static_shape:  # one shape to compile
-        assert shapes == {(32, 16)}
-    else:  # batches padded to their longest row: XLA compiles each shape it meets
-        assert any(None in shape for shape in shapes)
+                   jit_compile=True, static_shape=True, **TINY)
+    assert {tuple(batch[1].shape) for batch in traces} == {(32, 16)}
     translator = result.translator
     sources = padded_sources([s for s, _ in corpus["valid"]], translator.source_tokenizer,
                              translator.max_length).numpy()
