@@ -326,14 +326,14 @@ def fresh_copy(model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("batch", [1, 3, 17])
+@pytest.mark.parametrize("batch", [1, 17])
 def test_products_kept_apart_from_the_bias_decode_the_same_tokens(
     random_model, trained_model, batch, monkeypatch
 ):
     # Greedy steps at batch 1 under XLA:CPU keep each one-row product out of
     # the bias add's fusion (faster); the tokens are those of the fused
     # products, also at the tutorial's width, where XLA does fuse them. Beam
-    # search (4 rows) and batches 3 and 17 have no one-row product: controls.
+    # search (4 rows) and a batch of 17 have no one-row product: controls.
     cases = [(random_model, mixed_length_sources(batch, seed=40 + batch)),
              (trained_model, reverse_task(batch, seed=50 + batch)[0])]
     if batch == 1:
