@@ -61,7 +61,8 @@ def set_run_line(cell, line):
 
 
 def drop_log_lines(notebook):
-    """Remove TensorFlow's start-up lines from stderr, and outputs left empty."""
+    """Remove TensorFlow's start-up lines from stderr, and outputs left empty; join
+    the pieces of one stream that such a line had split (a printed line stays whole)."""
     for cell in notebook.cells:
         kept = []
         for output in cell.get("outputs", []):
@@ -70,6 +71,11 @@ def drop_log_lines(notebook):
                 output["text"] = "".join(line for line in lines if not LOG_LINE.match(line))
                 if not output["text"].strip():
                     continue
+            previous = kept[-1] if kept else {}
+            if (output.get("output_type") == previous.get("output_type") == "stream"
+                    and output.get("name") == previous.get("name")):
+                previous["text"] += output["text"]
+                continue
             kept.append(output)
         if cell.cell_type == "code":
             cell.outputs = kept
