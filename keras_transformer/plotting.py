@@ -122,7 +122,7 @@ def plot_history(history, path=None, language="en"):
 
 
 def plot_attention(attention, source_tokens, target_tokens, path=None, title=None,
-                   language="en"):
+                   language="en", x_label=None, y_label=None):
     """Heatmaps of attention weights, one per head.
 
     Args:
@@ -135,11 +135,18 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
             `language="ko"`).
         language: str. `"en"` or `"ko"` (Korean axes and head titles).
             Defaults to `"en"`.
+        x_label: str. Name of the column (key) axis, e.g. what the columns
+            are in a self-attention figure. Defaults to `None`: "key token
+            (source in cross-attention)" in the chosen language.
+        y_label: str. Name of the row (query) axis. Defaults to `None`:
+            "query token" in the chosen language.
 
     Returns:
         `matplotlib.figure.Figure`.
     """
     text = _texts(language)
+    x_label = text["key"] if x_label is None else x_label
+    y_label = text["query"] if y_label is None else y_label
     attention = np.asarray(attention, dtype=np.float32)
     if attention.ndim == 2:
         attention = attention[np.newaxis]
@@ -165,9 +172,9 @@ def plot_attention(attention, source_tokens, target_tokens, path=None, title=Non
             axis.set_xticks(range(len(source_tokens)), source_tokens, rotation=90)
             axis.set_yticks(range(len(target_tokens)), target_tokens)
             if head >= heads - columns:  # the axis names once per row and column
-                axis.set_xlabel(text["key"])
+                axis.set_xlabel(x_label)
             if head % columns == 0:
-                axis.set_ylabel(text["query"])
+                axis.set_ylabel(y_label)
             axis.set_title(text["head"].format(head + 1) if heads > 1 else text["all_heads"])
         figure.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label=text["weight"])
         figure.suptitle(title or text["attention"])

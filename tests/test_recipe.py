@@ -202,6 +202,9 @@ def test_plots_speak_korean_for_the_notebooks():
     figure = plot_attention(np.full((2, 3, 4), 0.25), list("abcd"), list("abc"), language="ko")
     assert figure.axes[0].get_title() == "헤드 1"
     assert figure.axes[0].get_ylabel() == "쿼리 토큰"
+    figure = plot_attention(np.full((3, 3), 0.25), list("abc"), list("abc"), language="ko",
+                            x_label="원문 토큰", y_label="번역 토큰")
+    assert (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel()) == ("원문 토큰", "번역 토큰")
     figure = plot_confusion_matrix([[1, 0], [0, 1]], ["a", "b"], language="ko")
     assert figure.axes[0].get_title() == "혼동 행렬"
     with pytest.raises(ValueError, match="language"):
