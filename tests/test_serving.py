@@ -334,6 +334,35 @@ def test_the_queue_refuses_beyond_its_size():
     assert asyncio.run(scenario()) == ["a", "b"]
 
 
+def test_a_saved_model_is_called_in_padded_buckets_and_warmed_up():
+    """Its XLA decoding compiles per batch size: 3 texts go as 4 (the first
+    copied, never an empty text), 6 as two calls of 4, warm-up compiles 1, 2, 4."""
+    import tensorflow as tf
+
+    from keras_transformer.serving.engines import SavedModelEngine
+
+    class Module:  # the exported signature: echoes each text, then <END>
+        def __init__(self):
+            self.calls = []
+
+        def translate(self, texts):
+            self.calls.append([text.decode() for text in texts.numpy()])
+            return {"text": texts, "token_ids": tf.constant([[5, 2]] * len(self.calls[-1]))}
+
+    engine = SavedModelEngine.__new__(SavedModelEngine)
+    engine.module, engine.max_batch_size, engine.end_id, engine.pad_id = Module(), 4, 2, 0
+    results = engine.answer(["a", "b", "c"], {"n": 2})
+    assert [[answer.text for answer in result.answers] for result in results] == [
+        ["a", "a"], ["b", "b"], ["c", "c"]]
+    assert engine.module.calls == [["a", "b", "c", "a"]]
+    assert len(engine.answer([str(i) for i in range(6)], {})) == 6
+    assert engine.module.calls[1:] == [["0", "1", "2", "3"], ["4", "5", "0", "0"]]
+    engine.module.calls.clear()
+    engine.warm_up()
+    assert [len(call) for call in engine.module.calls] == [1, 2, 4]
+    assert (results[0].answers[0].tokens, results[0].answers[0].finish_reason) == (1, "stop")
+
+
 # The slow tests: a trained model, its SavedModel, the page in a browser.
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,29 @@ def cut(ids, limit, pad_id):
     return ids
 
 
-class TranslatorEngine:
+class _Bucketed:
+    """An engine whose decoding is compiled per batch size: calls are padded to
+    a power of two (`_bucket`) and `warm_up` compiles each size first."""
+
+    def warm_up(self):
+        """Compile the default decoding for every batch size a call can take
+        (powers of two up to `max_batch_size`), so no request waits for it."""
+        size = 1
+        while True:
+            self.answer(["warm-up"] * size, {})
+            if size >= self.max_batch_size:
+                return
+            size = min(size * 2, self.max_batch_size)
+
+    def padded(self, rows):
+        """`(rows padded, bucket)`: `rows` with copies of the first appended up
+        to a multiple of their bucket (copies, not empty texts: a batch decodes
+        until its slowest row ends, and an empty text can run to the limit)."""
+        bucket = _bucket(len(rows), self.max_batch_size)
+        return rows + rows[:1] * (-len(rows) % bucket), bucket
+
+
+class TranslatorEngine(_Bucketed):
     """A `Translator` (a directory `train` wrote): every decoding method.
 
     Args:
@@ -106,25 +128,13 @@ class TranslatorEngine:
             raise InputError(str(error)) from None
         return options, n
 
-    def warm_up(self):
-        """Compile the default decoding for every batch size a call can take
-        (powers of two up to `max_batch_size`), so no request waits for it."""
-        size = 1
-        while True:
-            self.answer(["warm-up"] * size, {})
-            if size >= self.max_batch_size:
-                return
-            size = min(size * 2, self.max_batch_size)
-
     def answer(self, texts, request):
         options, n = self.options(request)
         sampling = options["method"] == "sample"
         # Sampling draws each row on its own: n copies of a text give n answers.
         rows = [text for text in texts for _ in range(n)] if sampling else list(texts)
-        # Padded with copies of the first text to a power of two: the decoding
-        # loop compiles once per bucket, not once per number of texts.
-        bucket = _bucket(len(rows), self.max_batch_size)
-        padded = rows + rows[:1] * (-len(rows) % bucket)
+        # The decoding loop compiles once per bucket, not once per number of texts.
+        padded, bucket = self.padded(rows)
         ids = self.translator.generate_ids(padded, batch_size=bucket, **options)[: len(rows)]
         if ids.ndim == 2:  # (rows, L) -> (texts, answers, L)
             ids = ids.reshape(len(texts), -1, ids.shape[-1])
@@ -144,23 +154,27 @@ class TranslatorEngine:
 
 
 
-class SavedModelEngine:
+class SavedModelEngine(_Bucketed):
     """An exported SavedModel (`keras-transformer export`): the decoding its
     export fixed, for any request that does not sample; its signature returns
     text, so `max_tokens` is not applied and `usage` counts no prompt tokens.
+    Its XLA decoding compiles once per batch size, so calls are padded to
+    powers of two, as a translator's are.
 
     Args:
         path: str. The SavedModel directory.
         name: str. The model's name in `/v1/models`.
+        max_batch_size: int. The largest batch decoded at once.
     """
 
-    def __init__(self, path, name):
+    def __init__(self, path, name, max_batch_size=64):
         import tensorflow_text  # noqa: F401  (registers the tokenizers' ops)
 
         from keras_transformer.text import END, PAD, SPECIAL_TOKENS
 
         self.module = tf.saved_model.load(path)
         self.name = name
+        self.max_batch_size = max_batch_size
         with open(os.path.join(path, "assets", "target_vocab.txt"), encoding="utf-8") as f:
             vocabulary = f.read().splitlines()
         self.end_id = vocabulary.index(SPECIAL_TOKENS[END])
@@ -177,13 +191,15 @@ class SavedModelEngine:
 
     def answer(self, texts, request):
         _, n = self.options(request)
-        outputs = self.module.translate(tf.constant(list(texts), tf.string))
-        strings = [text.decode("utf-8") for text in outputs["text"].numpy()]
-        results = []
-        for text, ids in zip(strings, outputs["token_ids"].numpy()):
-            answer = answer_of(text, ids, self.end_id, self.pad_id)
-            results.append(Result(answers=[answer] * n, prompt_tokens=0, cut_tokens=0))
-        return results
+        padded, bucket = self.padded(list(texts))
+        answers = []
+        for start in range(0, len(padded), bucket):
+            outputs = self.module.translate(tf.constant(padded[start:start + bucket], tf.string))
+            answers += [answer_of(text.decode("utf-8"), ids, self.end_id, self.pad_id)
+                        for text, ids in zip(outputs["text"].numpy(),
+                                             outputs["token_ids"].numpy())]
+        return [Result(answers=[answer] * n, prompt_tokens=0, cut_tokens=0)
+                for answer in answers[: len(texts)]]
 
 
 class CTranslate2Engine(TranslatorEngine):
@@ -226,21 +242,23 @@ class CTranslate2Engine(TranslatorEngine):
 def load_engine(path, defaults=None, max_batch_size=64, warm_up=False):
     """The engine for `path`: a SavedModel directory (it has `saved_model.pb`),
     a CTranslate2 export (`model.bin`) or a translator directory; with
-    `warm_up`, a translator's decoding compiled for every batch size first.
+    `warm_up`, a translator's or a SavedModel's decoding compiled for every
+    batch size first.
 
     Raises:
         InputError: naming the path, when it is none of them.
     """
     name = os.path.basename(os.path.normpath(path))
     if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return SavedModelEngine(path, name)
-    if os.path.exists(os.path.join(path, "model.bin")):
+        engine = SavedModelEngine(path, name, max_batch_size)
+    elif os.path.exists(os.path.join(path, "model.bin")):
         from keras_transformer.serving.ctranslate2 import CTranslate2Translator
 
         return CTranslate2Engine(CTranslate2Translator(path), name, defaults)
-    from keras_transformer.serving.translator import Translator
+    else:
+        from keras_transformer.serving.translator import Translator
 
-    engine = TranslatorEngine(Translator.load(path), name, defaults, max_batch_size)
+        engine = TranslatorEngine(Translator.load(path), name, defaults, max_batch_size)
     if warm_up:
         engine.warm_up()
     return engine
