@@ -60,7 +60,8 @@ class GenerateConfig:
             graph; on JAX `jax.jit` compiles it; on PyTorch `True` is
             `torch.compile` (minutes per input shape, then faster per token).
         use_cache: bool. Decode with the key/value cache; `False` re-runs the
-            decoder over the whole prefix at every step (slow; `"greedy"` and
+            decoder at every step over a `max_length` buffer that holds the
+            prefix (one shape for the compiled loop; slow; `"greedy"` and
             `"sample"` only).
 
     Raises:
