@@ -14,7 +14,7 @@
         caller); writes its final weights to OUT_DIR/weights-<index>.npz.
     python tests/distributed_child.py plain_multi_worker OUT_DIR
         One worker of a MultiWorkerMirroredStrategy `fit` of a plain Keras
-        model with nested inputs, without `_compat.MultiWorkerFit`; writes
+        model with nested inputs, without `_compat.TensorFlowFit`; writes
         what `fit` raised (or "trained") to OUT_DIR/plain-<index>.txt.
 """
 

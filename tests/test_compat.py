@@ -85,9 +85,20 @@ def test_quantize_still_refuses_dense_subclasses_unless_told():
 
 
 def test_the_overridden_keras_method_still_exists_with_its_signature():
-    """If Keras renames it, `MultiWorkerFit._maybe_symbolic_build` is dead code and
+    """If Keras renames it, `TensorFlowFit._maybe_symbolic_build` is dead code and
     multi-worker `fit` breaks again (keras-team/keras#20329)."""
     assert _compat.overridden_keras_method_signature() == ["self", "iterator", "data_batch"]
+
+
+def test_keras_still_builds_nothing_before_the_first_trace_without_a_strategy():
+    """Why `TensorFlowFit` builds first: without a strategy, Keras' own
+    `_maybe_symbolic_build` leaves the optimizer unbuilt, so `fit` creates its
+    variables inside the traced step. Once Keras builds here, remove that part."""
+    model = keras.Sequential([keras.layers.Dense(2)])
+    model.compile("adam", loss="mse")
+    x, y = np.ones((4, 3), "float32"), np.ones((4, 2), "float32")
+    model._maybe_symbolic_build(data_batch=(x, y, None))
+    assert not model.built and not model.optimizer.built
 
 
 def test_keras_still_passes_a_filled_in_mask_by_keyword():
@@ -156,7 +167,7 @@ def test_the_wordpiece_learner_still_takes_counts():
 
 @pytest.mark.slow
 def test_keras_still_fails_multi_worker_fit_of_nested_inputs(tmp_path):
-    """Why `MultiWorkerFit` exists (keras-team/keras#20329): a plain model with
+    """Why `TensorFlowFit` exists (keras-team/keras#20329): a plain model with
     nested inputs fails under a two-worker MultiWorkerMirroredStrategy. Once
     Keras fixes it, remove the mixin."""
     assert run_two_workers("plain_multi_worker", tmp_path) == [0, 0]

@@ -68,6 +68,35 @@ def test_fit_with_tutorial_kargs_learns_the_reverse_task(trained_model):
 
 
 @pytest.mark.slow
+def test_fit_traces_its_step_once_and_trains_as_with_keras_own_build(monkeypatch):
+    """The model, its metrics and optimizer are built before `fit` traces its
+    step (`_compat.TensorFlowFit`): one trace where Keras' own build gives two,
+    and the same trained weights."""
+    traces = []
+    train_step = kt.Transformer.train_step
+    monkeypatch.setattr(kt.Transformer, "train_step",
+                        lambda self, data: traces.append(1) or train_step(self, data))
+    inp, dec_in, dec_out = reverse_task(96, seed=4)
+
+    def fit():
+        keras.utils.set_random_seed(2)
+        model = kt.Transformer(**tiny_kargs(num_layers=1))
+        model.compile("adam", loss=kt.masked_loss, metrics=[kt.masked_accuracy],
+                      jit_compile=False)
+        model.fit([inp, dec_in], dec_out, batch_size=32, epochs=2, verbose=0)
+        return model.get_weights()
+
+    built_first = fit()
+    assert len(traces) == 1
+    monkeypatch.setattr(kt.Transformer, "_maybe_symbolic_build",
+                        keras.Model._maybe_symbolic_build)
+    keras_build = fit()
+    assert len(traces) == 3
+    for ours, theirs in zip(built_first, keras_build, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.slow
 def test_fit_with_jit_compile_learns_the_reverse_task():
     model = fit_reverse(jit_compile=True, epochs=12, n=3008)  # 47 full batches: one XLA shape
     assert model.jit_compile

@@ -17,7 +17,7 @@ every Keras backend.
 import keras
 from keras import ops
 
-from keras_transformer import _config
+from keras_transformer import _backend, _config
 from keras_transformer.layers._stack import Dropout, layer_norm
 from keras_transformer.layers.encoder import Encoder
 
@@ -75,7 +75,7 @@ def _ids_shape(input_shape):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class MaskedLanguageModel(keras.Model):
+class MaskedLanguageModel(_backend.TrainerMixin, keras.Model):
     """BERT's masked-language-model pretraining model.
 
     An encoder in BERT's configuration (`bert_encoder`), then BERT's transform
@@ -164,7 +164,7 @@ class MaskedLanguageModel(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class SequenceClassifier(keras.Model):
+class SequenceClassifier(_backend.TrainerMixin, keras.Model):
     """A classifier on an encoder's `[CLS]` state or mean token state.
 
     Pass the encoder of a `MaskedLanguageModel` to fine-tune it (the same
