@@ -112,8 +112,8 @@ class TensorFlowFit:
       `keras/src/backend/tensorflow/trainer.py`). The optimizer's, metrics' and
       loss trackers' variables are then created inside that trace: each gets a
       `tf.cond` initializer, and `tf.function` traces the whole step a second
-      time once they exist. Built first on the data set's shapes, as Keras does
-      under a strategy, the step is traced once: the first epoch of the tests'
+      time once they exist. Built first on the data set's shapes (Keras, under a
+      strategy, builds from a first batch), the step is traced once: the first epoch of the tests'
       d_model-64 model starts in 11 s instead of 23 s (benchmarks/RESULTS.md).
       The weights and the trained numbers are the same (the test checks both).
     - **MultiWorkerMirroredStrategy** (keras-team/keras#20329, open; the test

@@ -86,8 +86,12 @@ def test_quantize_still_refuses_dense_subclasses_unless_told():
 
 def test_the_overridden_keras_method_still_exists_with_its_signature():
     """If Keras renames it, `TensorFlowFit._maybe_symbolic_build` is dead code and
-    multi-worker `fit` breaks again (keras-team/keras#20329)."""
+    multi-worker `fit` breaks again (keras-team/keras#20329). It also calls
+    Keras' `_symbolic_build` and the epoch iterator's `_get_iterator`."""
+    from keras.src.backend.tensorflow.trainer import TFEpochIterator
+
     assert _compat.overridden_keras_method_signature() == ["self", "iterator", "data_batch"]
+    assert callable(keras.Model._symbolic_build) and callable(TFEpochIterator._get_iterator)
 
 
 def test_keras_still_builds_nothing_before_the_first_trace_without_a_strategy():
