@@ -21,6 +21,7 @@ reference run of the tests) runs here, before and after:
     python benchmarks/bench_gpu.py masks OUT             # tests/mask_checks.py on the GPU
     python benchmarks/bench_gpu.py attention OUT         # the attention kernels, 512 tokens
     python benchmarks/bench_gpu.py chatbot DIR OUT [--seconds 600]
+    python benchmarks/bench_gpu.py profile OUT [--batch 4096]   # a training step's kernels
     # here again
     KT_BACKEND_RUNS=OUT/runs python -m pytest tests/test_backends.py
     python benchmarks/bench_gpu.py compare OUT           # GPU tokens against the CPU's
@@ -72,11 +73,19 @@ reference run of the tests) runs here, before and after:
   shape to compile) instead of length-sorted batches; then the test questions
   decoded as `chat` decodes and scored as `bench_chatbot.py` scores. Then the
   tutorial's size (d_model 512, dff 2048) in the same recipe.
+- `profile`: training steps of the tutorial's model in bfloat16 (`train`'s
+  workload) under variants, each in its own process: `base`, `threefry`
+  (Keras' dropout instead of `_backend.rbg_dropout`), `no-dropout`, `cublaslt`
+  and `no-triton-gemm` (XLA flags), `steps4` (`steps_per_execution=4`). The
+  first is traced: its kernels' ms per step (`OUT/perfetto_trace.json.gz`)
+  and XLA's optimised training step (`OUT/hlo.tar.gz`), whose `op_name`s say
+  which code each kernel runs.
 
-Run time: 3-4 minutes per part on an H100 or H200 (`train` about 6).
+Run time: 3-4 minutes per part on an H100 or H200 (`train` about 6, `profile` 2.5).
 """
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -182,11 +191,12 @@ def copy_task(n, seed, vocab=1000, length=25):
 def tutorial_transformer(**options):
     import keras_transformer as kt
 
+    options = {"rate": 0.1, **options}
     return kt.Transformer(num_layers=TUTORIAL["num_layers"], d_model=TUTORIAL["d_model"],
                           num_heads=TUTORIAL["num_heads"], dff=TUTORIAL["dff"],
                           input_vocab_size=TUTORIAL["vocab"],
                           target_vocab_size=TUTORIAL["vocab"],
-                          maximum_position_encoding=TUTORIAL["seq"], rate=0.1, **options)
+                          maximum_position_encoding=TUTORIAL["seq"], **options)
 
 
 def worker_mixed():
@@ -611,6 +621,133 @@ def attention(out, steps, batch=64, policy="mixed_bfloat16", length=512,
                   f"{r['loss']:.3f} |")
 
 
+# --- where a training step's time goes -------------------------------------------------
+
+PROFILE_VARIANTS = ("base", "threefry", "no-dropout", "cublaslt")
+
+
+def gpu_kernels(trace_dir, steps):
+    """The device's kernels in the perfetto trace JAX wrote under `trace_dir`: for
+    each of the device's threads (streams), ms per step in all and its 40 costliest
+    kernel names with ms per step and calls per step; and the trace's process names."""
+    import gzip
+    from collections import defaultdict
+
+    path = glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)[0]
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    device = {pid for pid, name in processes.items() if "GPU" in name or "gpu" in name}
+    lines = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    for e in events:
+        if e.get("ph") == "X" and e["pid"] in device:
+            line = f"{processes[e['pid']]} / {threads.get((e['pid'], e['tid']), e['tid'])}"
+            entry = lines[line][e["name"]]
+            entry[0] += e.get("dur", 0.0) / 1e3 / steps
+            entry[1] += 1 / steps
+    summary = {line: {"ms_per_step": round(sum(ms for ms, _ in names.values()), 3),
+                      "kernels": [(name, round(ms, 3), round(calls, 1)) for name, (ms, calls)
+                                  in sorted(names.items(), key=lambda item: -item[1][0])[:40]]}
+               for line, names in lines.items()}
+    return {"processes": sorted(processes.values()), "lines": summary}
+
+
+def worker_profile(variant, batch, steps, trace_dir):
+    """ms/step of ours through `fit` (bfloat16, the tutorial's model) under `variant`,
+    the share of zeros one `Dropout` draws at rate 0.1, and, given `trace_dir`, the
+    device's kernels over 4 traced steps. Variants: `base`; `threefry`, Keras'
+    dropout (JAX's ThreeFry) instead of `_backend.rbg_dropout`; `no-dropout`,
+    rate 0; `steps4`, `steps_per_execution=4`; the XLA flags of `profile`."""
+    import jax
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer import _backend
+    from keras_transformer.layers._stack import Dropout
+
+    if variant == "threefry":
+        _backend.uses_rbg_dropout = lambda: False
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    keras.utils.set_random_seed(0)
+    dropped = keras.ops.convert_to_numpy(Dropout(0.1)(np.ones((4096, 512)), training=True))
+    model = tutorial_transformer(**({"rate": 0.0} if variant == "no-dropout" else {}))
+    model.compile(keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+                  loss=kt.masked_loss, steps_per_execution=4 if variant == "steps4" else 1)
+    rng = np.random.default_rng(0)
+    inp, dec_in, dec_out = (rng.integers(4, TUTORIAL["vocab"], (batch * steps, 25))
+                            .astype("int32") for _ in range(3))
+
+    def fit(rows):
+        model.fit([inp[rows], dec_in[rows]], dec_out[rows], batch_size=batch, verbose=0,
+                  shuffle=False)
+        keras.ops.convert_to_numpy(model.optimizer.iterations)  # waits for the device
+
+    fit(slice(0, 4 * batch))
+    start = time.perf_counter()
+    fit(slice(None))
+    result = {"ms": (time.perf_counter() - start) / steps * 1e3,
+              "dropped_share": float((dropped == 0).mean()),
+              "kept_values": sorted({round(float(v), 4) for v in np.unique(dropped)})}
+    if trace_dir != "-":
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            fit(slice(0, 4 * batch))
+        result.update(gpu_kernels(trace_dir, 4))
+    return result
+
+
+def profile(out, steps, batch, variants=PROFILE_VARIANTS):
+    """`worker_profile` for each variant, each in its own process; the first variant
+    traced (`OUT/perfetto_trace.json.gz`), with XLA's optimised training step
+    dumped (`OUT/hlo.tar.gz`)."""
+    from flops import train_step_flops
+
+    name, peak = device_peak()
+    flops = train_step_flops(dict(TUTORIAL, batch=batch))
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, variant in enumerate(variants):
+            flags = os.environ.get("XLA_FLAGS", "")
+            flags += {"no-triton-gemm": " --xla_gpu_enable_triton_gemm=false",
+                      "cublaslt": " --xla_gpu_enable_cublaslt=true"}.get(variant, "")
+            if index == 0:
+                flags += f" --xla_dump_to={tmp}/hlo --xla_dump_hlo_as_text"
+            trace = os.path.join(tmp, "trace") if index == 0 else "-"
+            try:
+                rows[variant] = child("profile", "jax", variant, batch, steps, trace,
+                                      env={"XLA_FLAGS": flags.strip()})
+            except RuntimeError as error:  # recorded, the other variants run
+                rows[variant] = {"error": str(error)}
+                continue
+            print(f"{variant}: {rows[variant]['ms']:.1f} ms/step, MFU "
+                  f"{flops / (rows[variant]['ms'] / 1e3) / peak:.3f}; Dropout(0.1) zeroed "
+                  f"{rows[variant]['dropped_share']:.4f}, values "
+                  f"{rows[variant]['kept_values']}", flush=True)
+            if index == 0:
+                shutil.copy(glob.glob(os.path.join(trace, "**", "perfetto_trace.json.gz"),
+                                      recursive=True)[0], out)
+                programs = [os.path.relpath(path, tmp) for path in glob.glob(
+                    os.path.join(tmp, "hlo", "*train_step*after_optimizations*.txt"))]
+                subprocess.run(["tar", "-czf", os.path.join(out, "hlo.tar.gz"), "-C", tmp,
+                                *programs], check=True)
+    save(out, f"profile-{batch}", {"device": name, "peak": peak, "batch": batch,
+                                   "steps": steps, "rows": rows})
+    print(f"\n{name}: the tutorial's model, mixed_bfloat16, batch {batch}\n")
+    print("| variant | ms/step | MFU |\n|---|---|---|")
+    for variant, r in rows.items():
+        if "error" in r:
+            print(f"| {variant} | {r['error']} | |")
+        else:
+            print(f"| {variant} | {r['ms']:.1f} | {flops / (r['ms'] / 1e3) / peak:.3f} |")
+    print(f"\nprocesses in the trace: {rows[variants[0]].get('processes')}")
+    for line, summary in rows[variants[0]].get("lines", {}).items():
+        print(f"\n{line}: {summary['ms_per_step']:.1f} ms per step")
+        for kernel, ms, calls in summary["kernels"][:25]:
+            print(f"  {ms:7.3f} ms  x{calls:<5} {kernel[:110]}")
+
+
 # --- ChatbotData ------------------------------------------------------------------
 
 
@@ -830,6 +967,7 @@ WORKERS = {
     "attention": lambda args: worker_attention(args[0], args[1], int(args[2]), int(args[3]),
                                                int(args[4])),
     "chatbot": lambda args: worker_chatbot(args[0], float(args[1]), args[2]),
+    "profile": lambda args: worker_profile(args[0], int(args[1]), int(args[2]), args[3]),
 }
 
 
@@ -840,7 +978,8 @@ def main(argv=None):
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("prepare", "correctness", "mixed", "train", "decode",
-                                         "calls", "masks", "attention", "chatbot", "compare"))
+                                         "calls", "masks", "attention", "chatbot", "profile",
+                                         "compare"))
     parser.add_argument("paths", nargs="+", help="DIR and/or OUT, as the part needs")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--settings", default=TRAIN_SETTINGS,
@@ -853,8 +992,9 @@ def main(argv=None):
     parser.add_argument("--packages", default=".,keras-hub",
                         help="calls' folders holding a keras_transformer, and keras-hub")
     parser.add_argument("--policy", default="mixed_bfloat16", help="attention's dtype policy")
-    parser.add_argument("--variants", default=",".join(ATTENTION_VARIANTS),
-                        help="attention's variants")
+    parser.add_argument("--variants", default=None,
+                        help="attention's or profile's variants, 'a,b,...'")
+    parser.add_argument("--batch", type=int, default=4096, help="profile's batch size")
     parser.add_argument("--attention-shape", default="64,512",
                         help="attention's batch size and sequence length")
     args = parser.parse_args(argv)
@@ -879,9 +1019,13 @@ def main(argv=None):
         masks(paths[0])
     elif args.part == "attention":
         batch, length = (int(n) for n in args.attention_shape.split(","))
-        attention(paths[0], args.steps, batch, args.policy, length, args.variants.split(","))
+        attention(paths[0], args.steps, batch, args.policy, length,
+                  args.variants.split(",") if args.variants else ATTENTION_VARIANTS)
     elif args.part == "chatbot":
         chatbot(*paths, args.seconds)
+    elif args.part == "profile":
+        profile(paths[0], args.steps, args.batch,
+                args.variants.split(",") if args.variants else PROFILE_VARIANTS)
     else:
         compare(paths[0])
 
