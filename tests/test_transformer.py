@@ -132,6 +132,22 @@ def test_tf_saved_model_save_and_reload_runs(trained_model, tmp_path):
     np.testing.assert_allclose(output.numpy(), expected[: output.shape[0]], atol=1e-5)
 
 
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_ln", "pre_ln"])
+def test_a_model_whose_encoder_and_decoder_ran_first_builds_and_decodes(norm_first):
+    # The tutorial's `inference` calls the encoder and decoder of a model directly.
+    keras.utils.set_random_seed(0)
+    model = kt.Transformer(**tiny_kargs(norm_first=norm_first))
+    inp, tar = reverse_task(2)[:2]
+    enc_padding_mask, look_ahead_mask, dec_padding_mask = kt.create_masks(inp, tar)
+    enc_output = model.encoder(inp, enc_padding_mask)
+    expected, _ = model.decoder(tar, enc_output, look_ahead_mask, dec_padding_mask)
+    count = len(model.weights)
+    assert model.generate(inp).shape[0] == 2
+    assert len(model.weights) == count + 2  # the output layer's kernel and bias
+    logits = model((inp, tar))
+    np.testing.assert_allclose(logits.numpy(), model.final_layer(expected).numpy(), atol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "options",

@@ -164,9 +164,13 @@ class Transformer(_backend.TrainerMixin, keras.Model):
 
     def build(self, input_shape):
         inp_shape, tar_shape = input_shape
-        self.encoder.build(inp_shape)
-        self.decoder.build(tar_shape)
-        self.final_layer.build((*tar_shape, self.d_model))
+        # A part called on its own first (the tutorial's `inference` calls the
+        # encoder and decoder directly) has built itself: building it again
+        # would add its weights twice.
+        for layer, shape in ((self.encoder, inp_shape), (self.decoder, tar_shape),
+                             (self.final_layer, (*tar_shape, self.d_model))):
+            if not layer.built:
+                layer.build(shape)
 
     def call(self, inputs, training=None, return_attention_weights=False):
         inp, tar = inputs
