@@ -74,9 +74,9 @@ reference run of the tests) runs here, before and after:
   decoded as `chat` decodes and scored as `bench_chatbot.py` scores. Then the
   tutorial's size (d_model 512, dff 2048) in the same recipe.
 - `profile`: training steps of the tutorial's model in bfloat16 (`train`'s
-  workload) under variants, each in its own process: `base`, `threefry`
-  (Keras' dropout instead of `_backend.rbg_dropout`), `no-dropout`, `cublaslt`
-  and `no-triton-gemm` (XLA flags), `steps4` (`steps_per_execution=4`). The
+  workload) under variants, each in its own process: `base`, `rbg` (dropout
+  masks from XLA's RngBitGenerator instead of ThreeFry), `no-dropout`,
+  `cublaslt` and `no-triton-gemm` (XLA flags), `steps4` (`steps_per_execution=4`). The
   first is traced: its kernels' ms per step (`OUT/perfetto_trace.json.gz`)
   and XLA's optimised training step (`OUT/hlo.tar.gz`), whose `op_name`s say
   which code each kernel runs.
@@ -623,7 +623,8 @@ def attention(out, steps, batch=64, policy="mixed_bfloat16", length=512,
 
 # --- where a training step's time goes -------------------------------------------------
 
-PROFILE_VARIANTS = ("base", "threefry", "no-dropout", "cublaslt")
+PROFILE_VARIANTS = ("base", "rbg", "no-dropout", "cublaslt")
+PROFILE_CHOICES = (*PROFILE_VARIANTS, "no-triton-gemm", "steps4")
 
 
 def gpu_kernels(trace_dir, steps):
@@ -655,21 +656,36 @@ def gpu_kernels(trace_dir, steps):
     return {"processes": sorted(processes.values()), "lines": summary}
 
 
+def rbg_dropout_call(self, inputs, training=False):
+    """`Dropout.call` (JAX) drawing its mask with `jax.random`'s `"rbg"`
+    implementation (XLA's RngBitGenerator) instead of ThreeFry: `profile`'s
+    `rbg` variant."""
+    import jax
+    import jax.numpy as jnp
+
+    if not training or self.rate == 0:
+        return inputs
+    seed = self.seed_generator.next()  # uint32 (2,); an rbg key has four words
+    key = jax.random.wrap_key_data(jnp.concatenate([seed, seed ^ jnp.uint32(0x9E3779B9)]),
+                                   impl="rbg")
+    keep = jax.random.bernoulli(key, 1.0 - self.rate, inputs.shape)
+    return jnp.where(keep, inputs / (1.0 - self.rate), jnp.zeros_like(inputs))
+
+
 def worker_profile(variant, batch, steps, trace_dir):
     """ms/step of ours through `fit` (bfloat16, the tutorial's model) under `variant`,
     the share of zeros one `Dropout` draws at rate 0.1, and, given `trace_dir`, the
-    device's kernels over 4 traced steps. Variants: `base`; `threefry`, Keras'
-    dropout (JAX's ThreeFry) instead of `_backend.rbg_dropout`; `no-dropout`,
-    rate 0; `steps4`, `steps_per_execution=4`; the XLA flags of `profile`."""
+    device's kernels over 4 traced steps. Variants: `base`; `rbg`, the layers'
+    dropout drawn by `rbg_dropout_call`; `no-dropout`, rate 0; `steps4`,
+    `steps_per_execution=4`; the XLA flags of `profile`."""
     import jax
     import keras
 
     import keras_transformer as kt
-    from keras_transformer import _backend
     from keras_transformer.layers._stack import Dropout
 
-    if variant == "threefry":
-        _backend.uses_rbg_dropout = lambda: False
+    if variant == "rbg":
+        Dropout.call = rbg_dropout_call
     keras.config.set_dtype_policy("mixed_bfloat16")
     keras.utils.set_random_seed(0)
     dropped = keras.ops.convert_to_numpy(Dropout(0.1)(np.ones((4096, 512)), training=True))
@@ -1024,8 +1040,11 @@ def main(argv=None):
     elif args.part == "chatbot":
         chatbot(*paths, args.seconds)
     elif args.part == "profile":
-        profile(paths[0], args.steps, args.batch,
-                args.variants.split(",") if args.variants else PROFILE_VARIANTS)
+        variants = args.variants.split(",") if args.variants else PROFILE_VARIANTS
+        unknown = sorted(set(variants) - set(PROFILE_CHOICES))
+        if unknown:
+            parser.error(f"profile's variants are {', '.join(PROFILE_CHOICES)}; got {unknown}")
+        profile(paths[0], args.steps, args.batch, variants)
     else:
         compare(paths[0])
 

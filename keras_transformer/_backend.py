@@ -14,7 +14,6 @@ it is the backend, so the core runs where TensorFlow is not installed.
   (eager, or `torch.compile` on request).
 - `stateless_categorical`: a draw that depends only on `(seed, step)`.
 - `in_xla_context`, `xla_dropout`: TensorFlow's faster dropout under XLA.
-- `uses_rbg_dropout`, `rbg_dropout`: JAX's faster dropout on a GPU.
 - `apart_from_bias`: XLA:CPU's faster one-row products (batch-1 decoding).
 - `joins_projections`: where a decoding step's q/k/v products run as one.
 - `has_fused_attention`: where `keras.ops.dot_product_attention` pays.
@@ -216,31 +215,6 @@ def xla_dropout(inputs, rate, seed_generator):
     as long."""
     seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), tf.int32)
     return tf.nn.experimental.stateless_dropout(inputs, rate, seed, rng_alg="threefry")
-
-
-def uses_rbg_dropout():
-    """Whether dropout draws its mask with `rbg_dropout`: JAX on a GPU."""
-    return BACKEND == "jax" and jax.default_backend() == "gpu"
-
-
-def rbg_dropout(inputs, rate, seed_generator):
-    """Dropout whose mask JAX draws with XLA's RngBitGenerator (`jax.random`'s
-    `"rbg"` implementation) instead of its default ThreeFry.
-
-    On a GPU ThreeFry's arithmetic is a large part of dropout's cost.
-    Measured (`bench_gpu.py profile`, NVIDIA H200, JAX 0.11.2, 2026-11-27):
-    a training step of the tutorial's model in `mixed_bfloat16` at batch 4096
-    takes 42.7 ms with ThreeFry's masks, 41.6 ms with these and 38.0 ms
-    without dropout. On a CPU the RngBitGenerator is the slower one (2.7x for
-    a (64, 25, 512) mask, AMD EPYC), so CPUs keep Keras' dropout.
-    """
-    import jax.numpy as jnp
-
-    seed = seed_generator.next()  # uint32 (2,); an rbg key has four words
-    key = jax.random.wrap_key_data(jnp.concatenate([seed, seed ^ jnp.uint32(0x9E3779B9)]),
-                                   impl="rbg")
-    keep = jax.random.bernoulli(key, 1.0 - rate, inputs.shape)
-    return jnp.where(keep, inputs / (1.0 - rate), jnp.zeros_like(inputs))
 
 
 def replica_token_count(count):

@@ -58,8 +58,7 @@ def seed_states(model):
 def dropout_seed_generator(layer):
     """The `keras.random.SeedGenerator` a `keras.layers.Dropout` draws its masks
     from (its undocumented attribute `seed_generator`), for a faster draw
-    under TensorFlow's XLA (`_backend.xla_dropout`) and JAX on a GPU
-    (`_backend.rbg_dropout`)."""
+    under TensorFlow's XLA (`_backend.xla_dropout`)."""
     return layer.seed_generator
 
 

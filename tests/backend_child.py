@@ -115,18 +115,6 @@ def main(out_dir):
     facts["mask_differences"] = mask_checks.mask_differences()
     facts["half_precision_finite"] = mask_checks.half_precision_finite()
 
-    if backend == "jax":  # the GPU's dropout, drawn here on whatever JAX runs on
-        from keras_transformer import _backend
-
-        ones = np.ones((512, 512), "float32")
-        first, second = (numpy(_backend.rbg_dropout(ones, 0.1, keras.random.SeedGenerator(5)))
-                         for _ in range(2))
-        following = numpy(_backend.rbg_dropout(ones, 0.1, keras.random.SeedGenerator(6)))
-        facts["rbg_dropout"] = {"zeroed": float((first == 0).mean()),
-                                "values": np.unique(first).tolist(),
-                                "same_seed_same_mask": bool(np.array_equal(first, second)),
-                                "other_seed_same_mask": bool(np.array_equal(first, following))}
-
     attention = kt.MultiHeadAttention(d_model=8, num_heads=2)
     x = np.ones((1, 1, 8), "float32")
     try:

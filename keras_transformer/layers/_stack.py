@@ -21,27 +21,19 @@ from keras_transformer.layers.positional import positional_encoding
 
 
 class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` that draws its mask with a faster generator where
-    one exists: ThreeFry under TensorFlow's XLA, XLA's RngBitGenerator under
-    JAX on a GPU.
+    """`keras.layers.Dropout` that draws its mask with ThreeFry under TensorFlow's XLA.
 
     Inside a TensorFlow `jit_compile=True` function XLA:CPU generates ThreeFry
     random numbers about 4x faster than the default Philox: an XLA training
     step of the tutorial's model takes 1.09x as long with Keras's dropout
-    (`_backend.xla_dropout`). On a GPU JAX's default ThreeFry is the slow one
-    (`_backend.rbg_dropout`). Elsewhere, and on PyTorch, this is exactly the
-    Keras layer. (Each generator draws other masks for the same seed, as
-    Keras' own `Dropout` does with and without XLA.)
+    (`_backend.xla_dropout`); elsewhere, and on the JAX and PyTorch backends,
+    this is exactly the Keras layer. (The two draw different masks
+    for the same seed, as Keras' own `Dropout` does with and without XLA.)
     """
 
     def call(self, inputs, training=False):
-        if training and self.rate > 0:
-            if _backend.in_xla_context():
-                return _backend.xla_dropout(inputs, self.rate,
-                                            _compat.dropout_seed_generator(self))
-            if _backend.uses_rbg_dropout():
-                return _backend.rbg_dropout(inputs, self.rate,
-                                            _compat.dropout_seed_generator(self))
+        if training and self.rate > 0 and _backend.in_xla_context():
+            return _backend.xla_dropout(inputs, self.rate, _compat.dropout_seed_generator(self))
         return super().call(inputs, training=training)
 
 

@@ -165,8 +165,8 @@ class Transformer(_backend.TrainerMixin, keras.Model):
     def build(self, input_shape):
         inp_shape, tar_shape = input_shape
         # A part called on its own first (the tutorial's `inference` calls the
-        # encoder and decoder directly) has built itself: building it again
-        # would add its weights twice.
+        # encoder and decoder directly) has built itself: Keras refuses to
+        # build it again ("cannot add new elements of state").
         for layer, shape in ((self.encoder, inp_shape), (self.decoder, tar_shape),
                              (self.final_layer, (*tar_shape, self.d_model))):
             if not layer.built:
