@@ -25,6 +25,7 @@ reference run of the tests) runs here, before and after:
     # here again
     KT_BACKEND_RUNS=OUT/runs python -m pytest tests/test_backends.py
     python benchmarks/bench_gpu.py compare OUT           # GPU tokens against the CPU's
+    python benchmarks/bench_gpu.py kernels OUT           # profile's kernels by the model's code
 
 - `correctness`: `tests/backend_child.py` on JAX, then PyTorch, next to the
   TensorFlow run made here, so `test_backends.py` asserts on the GPU's runs
@@ -764,6 +765,54 @@ def profile(out, steps, batch, variants=PROFILE_VARIANTS):
             print(f"  {ms:7.3f} ms  x{calls:<5} {kernel[:110]}")
 
 
+
+# The model's code a kernel's `op_name` names, by a word in it; `transpose(jvp(...))` is
+# JAX's backward pass of everything, so transposes are matched on the name's last part.
+KERNEL_GROUPS = (("dropout", ("dropout", "bernoulli")), ("layer norm", ("layernorm", "layer_norm")),
+                 ("loss and logits", ("masked_loss", "final_layer")), ("optimizer", ("adam",)),
+                 ("embedding", ("embedding",)))
+
+
+def kernels(out):
+    """`profile`'s trace read here: each kernel of the training step attributed to
+    the model's code by the `op_name` that XLA's optimised program gives it."""
+    import collections
+    import gzip
+    import tarfile
+
+    with gzip.open(os.path.join(out, "perfetto_trace.json.gz"), "rt", encoding="utf-8") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"
+                  and e.get("args", {}).get("hlo_module", "").startswith("jit_train_step")]
+    with tarfile.open(os.path.join(out, "hlo.tar.gz")) as archive:
+        member = next(m for m in archive.getmembers()
+                      if m.name.endswith("after_optimizations.txt"))
+        program = archive.extractfile(member).read().decode()
+    op_names = {match.group(1).replace(".", "_").replace("-", "_"): match.group(2)
+                for match in re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?op_name="([^"]*)"',
+                                         program, re.M)}
+    steps = 4  # profile traces 4 steps
+    groups, names, others = collections.Counter(), collections.Counter(), 0
+    for event in events:
+        ms = event["dur"] / 1e3 / steps
+        if event["name"].startswith(("nvjet", "gemm_fusion")) or "gemm" in event["name"]:
+            groups["matrix products"] += ms
+            continue
+        op_name = op_names.get(event["name"], "?")
+        group = next((g for g, keys in KERNEL_GROUPS if any(k in op_name.lower() for k in keys)),
+                     "transposes" if op_name.endswith("/transpose") else "other")
+        groups[group] += ms
+        others += 1 / steps
+        names[re.sub(r"(encoder|decoder)_layer\d", r"\1_layerN", op_name)] += ms
+    outside = sum(groups.values()) - groups["matrix products"]
+    print(f"{len(events) / steps:.0f} kernels a step, {sum(groups.values()):.1f} ms; "
+          f"outside the matrix products {others:.0f}, {outside:.1f} ms\n")
+    print("| group (by op_name) | ms per step |\n|---|---|")
+    for group, ms in groups.most_common():
+        print(f"| {group} | {ms:.2f} |")
+    print("\nlargest outside the products:")
+    for name, ms in names.most_common(15):
+        print(f"  {ms:6.3f} ms  {name[:120]}")
+
 # --- ChatbotData ------------------------------------------------------------------
 
 
@@ -995,7 +1044,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("part", choices=("prepare", "correctness", "mixed", "train", "decode",
                                          "calls", "masks", "attention", "chatbot", "profile",
-                                         "compare"))
+                                         "kernels", "compare"))
     parser.add_argument("paths", nargs="+", help="DIR and/or OUT, as the part needs")
     parser.add_argument("--steps", type=int, default=20, help="timed training steps")
     parser.add_argument("--settings", default=TRAIN_SETTINGS,
@@ -1015,7 +1064,7 @@ def main(argv=None):
                         help="attention's batch size and sequence length")
     args = parser.parse_args(argv)
     paths = args.paths
-    if args.part != "compare":
+    if args.part not in ("compare", "kernels"):
         os.makedirs(paths[-1], exist_ok=True)
     if args.part == "prepare":
         prepare(paths[0])
@@ -1045,6 +1094,8 @@ def main(argv=None):
         if unknown:
             parser.error(f"profile's variants are {', '.join(PROFILE_CHOICES)}; got {unknown}")
         profile(paths[0], args.steps, args.batch, variants)
+    elif args.part == "kernels":
+        kernels(paths[0])
     else:
         compare(paths[0])
 
