@@ -626,6 +626,7 @@ def attention(out, steps, batch=64, policy="mixed_bfloat16", length=512,
 
 PROFILE_VARIANTS = ("base", "rbg", "no-dropout", "cublaslt")
 PROFILE_CHOICES = (*PROFILE_VARIANTS, "no-triton-gemm", "steps4")
+TRACED_STEPS = 4
 
 
 def gpu_kernels(trace_dir, steps):
@@ -676,7 +677,7 @@ def rbg_dropout_call(self, inputs, training=False):
 def worker_profile(variant, batch, steps, trace_dir):
     """ms/step of ours through `fit` (bfloat16, the tutorial's model) under `variant`,
     the share of zeros one `Dropout` draws at rate 0.1, and, given `trace_dir`, the
-    device's kernels over 4 traced steps. Variants: `base`; `rbg`, the layers'
+    device's kernels over `TRACED_STEPS` steps. Variants: `base`; `rbg`, the layers'
     dropout drawn by `rbg_dropout_call`; `no-dropout`, rate 0; `steps4`,
     `steps_per_execution=4`; the XLA flags of `profile`."""
     import jax
@@ -710,8 +711,8 @@ def worker_profile(variant, batch, steps, trace_dir):
               "kept_values": sorted({round(float(v), 4) for v in np.unique(dropped)})}
     if trace_dir != "-":
         with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-            fit(slice(0, 4 * batch))
-        result.update(gpu_kernels(trace_dir, 4))
+            fit(slice(0, TRACED_STEPS * batch))
+        result.update(gpu_kernels(trace_dir, TRACED_STEPS))
     return result
 
 
@@ -765,7 +766,6 @@ def profile(out, steps, batch, variants=PROFILE_VARIANTS):
             print(f"  {ms:7.3f} ms  x{calls:<5} {kernel[:110]}")
 
 
-
 # The model's code a kernel's `op_name` names, by a word in it; `transpose(jvp(...))` is
 # JAX's backward pass of everything, so transposes are matched on the name's last part.
 KERNEL_GROUPS = (("dropout", ("dropout", "bernoulli")), ("layer norm", ("layernorm", "layer_norm")),
@@ -790,7 +790,7 @@ def kernels(out):
     op_names = {match.group(1).replace(".", "_").replace("-", "_"): match.group(2)
                 for match in re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?op_name="([^"]*)"',
                                          program, re.M)}
-    steps = 4  # profile traces 4 steps
+    steps = TRACED_STEPS
     groups, names, others = collections.Counter(), collections.Counter(), 0
     for event in events:
         ms = event["dur"] / 1e3 / steps
@@ -812,6 +812,7 @@ def kernels(out):
     print("\nlargest outside the products:")
     for name, ms in names.most_common(15):
         print(f"  {ms:6.3f} ms  {name[:120]}")
+
 
 # --- ChatbotData ------------------------------------------------------------------
 
