@@ -119,6 +119,16 @@ def test_mlm_output_is_tied_to_the_token_embeddings():
     assert shapes.count((60, 32)) == 1 and (32, 60) not in shapes
 
 
+def test_a_masked_language_model_whose_encoder_ran_first_builds():
+    model = kt.MaskedLanguageModel(**KARGS)
+    ids = random_ids((3, 10))
+    hidden = model.encoder(ids)
+    logits = model(ids)
+    expected = model.mlm_layernorm(model.mlm_dense(hidden)) @ tf.transpose(
+        model.encoder.embedding.embeddings) + model.mlm_bias
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+
+
 def test_segment_ids_change_the_encoding_and_default_to_segment_zero():
     encoder = kt.bert_encoder(**KARGS)
     ids = random_ids((2, 10))

@@ -130,7 +130,8 @@ class MaskedLanguageModel(_backend.TrainerMixin, keras.Model):
 
     def build(self, input_shape):
         ids_shape = _ids_shape(input_shape)
-        self.encoder.build(ids_shape)
+        if not self.encoder.built:  # an encoder called on its own first has built itself
+            self.encoder.build(ids_shape)
         hidden = (*ids_shape, self.encoder.d_model)
         self.mlm_dense.build(hidden)
         self.mlm_layernorm.build(hidden)
