@@ -629,16 +629,22 @@ PROFILE_CHOICES = (*PROFILE_VARIANTS, "no-triton-gemm", "steps4")
 TRACED_STEPS = 4
 
 
+def trace_events(path):
+    """The events of a perfetto trace JAX wrote (`.json.gz`)."""
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)["traceEvents"]
+
+
 def gpu_kernels(trace_dir, steps):
     """The device's kernels in the perfetto trace JAX wrote under `trace_dir`: for
     each of the device's threads (streams), ms per step in all and its 40 costliest
     kernel names with ms per step and calls per step; and the trace's process names."""
-    import gzip
     from collections import defaultdict
 
-    path = glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True)[0]
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        events = json.load(f)["traceEvents"]
+    events = trace_events(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"),
+                                    recursive=True)[0])
     processes = {e["pid"]: e["args"]["name"] for e in events
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
@@ -777,12 +783,11 @@ def kernels(out):
     """`profile`'s trace read here: each kernel of the training step attributed to
     the model's code by the `op_name` that XLA's optimised program gives it."""
     import collections
-    import gzip
     import tarfile
 
-    with gzip.open(os.path.join(out, "perfetto_trace.json.gz"), "rt", encoding="utf-8") as f:
-        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"
-                  and e.get("args", {}).get("hlo_module", "").startswith("jit_train_step")]
+    events = [e for e in trace_events(os.path.join(out, "perfetto_trace.json.gz"))
+              if e.get("ph") == "X"
+              and e.get("args", {}).get("hlo_module", "").startswith("jit_train_step")]
     with tarfile.open(os.path.join(out, "hlo.tar.gz")) as archive:
         member = next(m for m in archive.getmembers()
                       if m.name.endswith("after_optimizations.txt"))
