@@ -86,7 +86,9 @@ Run time: 3-4 minutes per part on an H100 or H200 (`train` about 6, `profile` 2.
 """
 
 import argparse
+import collections
 import glob
+import gzip
 import json
 import math
 import os
@@ -94,6 +96,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -631,8 +634,6 @@ TRACED_STEPS = 4
 
 def trace_events(path):
     """The events of a perfetto trace JAX wrote (`.json.gz`)."""
-    import gzip
-
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return json.load(f)["traceEvents"]
 
@@ -641,8 +642,6 @@ def gpu_kernels(trace_dir, steps):
     """The device's kernels in the perfetto trace JAX wrote under `trace_dir`: for
     each of the device's threads (streams), ms per step in all and its 40 costliest
     kernel names with ms per step and calls per step; and the trace's process names."""
-    from collections import defaultdict
-
     events = trace_events(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"),
                                     recursive=True)[0])
     processes = {e["pid"]: e["args"]["name"] for e in events
@@ -650,7 +649,7 @@ def gpu_kernels(trace_dir, steps):
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e.get("ph") == "M" and e.get("name") == "thread_name"}
     device = {pid for pid, name in processes.items() if "GPU" in name or "gpu" in name}
-    lines = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    lines = collections.defaultdict(lambda: collections.defaultdict(lambda: [0.0, 0]))
     for e in events:
         if e.get("ph") == "X" and e["pid"] in device:
             line = f"{processes[e['pid']]} / {threads.get((e['pid'], e['tid']), e['tid'])}"
@@ -782,9 +781,6 @@ KERNEL_GROUPS = (("dropout", ("dropout", "bernoulli")), ("layer norm", ("layerno
 def kernels(out):
     """`profile`'s trace read here: each kernel of the training step attributed to
     the model's code by the `op_name` that XLA's optimised program gives it."""
-    import collections
-    import tarfile
-
     events = [e for e in trace_events(os.path.join(out, "perfetto_trace.json.gz"))
               if e.get("ph") == "X"
               and e.get("args", {}).get("hlo_module", "").startswith("jit_train_step")]
@@ -796,7 +792,7 @@ def kernels(out):
                 for match in re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?op_name="([^"]*)"',
                                          program, re.M)}
     steps = TRACED_STEPS
-    groups, names, others = collections.Counter(), collections.Counter(), 0
+    groups, names, outside_kernels = collections.Counter(), collections.Counter(), 0
     for event in events:
         ms = event["dur"] / 1e3 / steps
         if event["name"].startswith(("nvjet", "gemm_fusion")) or "gemm" in event["name"]:
@@ -806,11 +802,11 @@ def kernels(out):
         group = next((g for g, keys in KERNEL_GROUPS if any(k in op_name.lower() for k in keys)),
                      "transposes" if op_name.endswith("/transpose") else "other")
         groups[group] += ms
-        others += 1 / steps
+        outside_kernels += 1 / steps
         names[re.sub(r"(encoder|decoder)_layer\d", r"\1_layerN", op_name)] += ms
     outside = sum(groups.values()) - groups["matrix products"]
     print(f"{len(events) / steps:.0f} kernels a step, {sum(groups.values()):.1f} ms; "
-          f"outside the matrix products {others:.0f}, {outside:.1f} ms\n")
+          f"outside the matrix products {outside_kernels:.0f}, {outside:.1f} ms\n")
     print("| group (by op_name) | ms per step |\n|---|---|")
     for group, ms in groups.most_common():
         print(f"| {group} | {ms:.2f} |")
